@@ -1,0 +1,55 @@
+"""Typed exceptions. Every message names the file or argument, the offending value, and the fix."""
+
+from __future__ import annotations
+
+
+class DaliBackendError(Exception):
+    """Base class of every error this library raises on purpose."""
+
+
+class ConfigError(DaliBackendError, ValueError):
+    """An argument has a value this library cannot use (names the argument and the fix)."""
+
+
+class IndexBuildError(DaliBackendError, ValueError):
+    """A sample index could not be built from the given folder or manifest."""
+
+
+class ManifestError(IndexBuildError):
+    """A manifest file is malformed or refers to files outside the data root."""
+
+
+class IndexFileError(DaliBackendError, ValueError):
+    """A saved index file is unreadable, of another format version, or was modified."""
+
+
+class StaleIndexError(DaliBackendError):
+    """Files changed, vanished or were replaced since the index was built."""
+
+
+class BadImageError(DaliBackendError):
+    """A sample could not be read or decoded at load time.
+
+    Attributes:
+        path: absolute path of the file.
+        index: position of the sample in the SampleIndex.
+        label: class id of the sample.
+        epoch: epoch in which the draw happened (None for a plain integer index).
+        reason: what is wrong with the file.
+    """
+
+    def __init__(self, path: str, index: int | None = None, label: int | None = None, epoch: int | None = None,
+                 reason: str | None = None):
+        self.path, self.index, self.label, self.epoch, self.reason = path, index, label, epoch, reason
+        if index is None:  # rebuilt from a message (torch re-raises worker errors as exc_type(message))
+            super().__init__(path)
+            return
+        where = f"sample {index} (label {label}" + (f", epoch {epoch})" if epoch is not None else ")")
+        super().__init__(
+            f"{path}: {reason} [{where}]. Fix or remove the file and rebuild the index "
+            f"(SampleIndex.from_folder / from_manifest), or pass on_error='skip' to replace bad draws."
+        )
+
+
+class MissingDependencyError(DaliBackendError, ImportError):
+    """An optional package needed for the requested backend is not installed."""

@@ -1,0 +1,540 @@
+"""The sample index: which files exist, their labels, and which files were refused and why.
+
+Built once, immutable, fixed length. Everything is held in numpy arrays (paths as one UTF-8 buffer
+plus offsets), so an index of a million files costs tens of MB and forked DataLoader workers do not
+copy it page by page. Validation at build time reads only JPEG headers and the last bytes of each
+file (``verify="header"``); ``verify="decode"`` also decodes every file, ~10x slower. Nothing is
+dropped silently: refused files land in :attr:`SampleIndex.rejected` with a reason, are summarised in
+one log line, and are saved with the index.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import logging
+import os
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .errors import ConfigError, IndexBuildError, IndexFileError, ManifestError, StaleIndexError
+from .jpeg import DEFAULT_MAX_PIXELS, check_jpeg
+from .labelling import DEFAULT_KEYWORDS, KeywordRules
+from .progress import track
+from .strings import StringTable
+
+log = logging.getLogger("dali_backend")
+
+JPEG_EXTENSIONS = (".jpg", ".jpeg")
+FORMAT_NAME = "dali_backend.SampleIndex"
+FORMAT_VERSION = 1
+Verify = Literal["header", "decode", "none"]
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A file that is not in the index, and why. ``path`` is relative to the index root."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class _Candidates:
+    """Files proposed for the index before validation."""
+
+    paths: list[str]
+    labels: list[int]
+    rejected: list[Rejected]
+    ignored: Counter
+
+
+def _norm_rel(rel: str) -> str:
+    return rel.replace(os.sep, "/")
+
+
+def _is_inside(path: str, root_real: str) -> bool:
+    return path == root_real or path.startswith(root_real.rstrip(os.sep) + os.sep)
+
+
+def _walk_jpegs(top: str, root: str, root_real: str, allow_outside_symlinks: bool, cand: _Candidates, label: int,
+                visited: set[str]) -> None:
+    """Append every JPEG below ``top`` (sorted, recursive) to ``cand`` with ``label``.
+
+    Paths are made relative to ``root`` (as the user gave it); containment is checked on ``root_real``.
+    """
+    try:
+        entries = sorted(os.scandir(top), key=lambda e: e.name)
+    except OSError as e:
+        cand.rejected.append(Rejected(_norm_rel(os.path.relpath(top, root)), f"unreadable folder ({e.strerror or e})"))
+        return
+    for entry in entries:
+        name = entry.name
+        rel = _norm_rel(os.path.relpath(entry.path, root))
+        if name.startswith("._"):
+            cand.ignored["macOS ._ file"] += 1
+            continue
+        if name.startswith("."):
+            cand.ignored["hidden"] += 1
+            continue
+        target = entry.path
+        if entry.is_symlink():
+            target = os.path.realpath(entry.path)
+            if not os.path.exists(target):
+                cand.rejected.append(Rejected(rel, f"broken symlink (-> {os.readlink(entry.path)})"))
+                continue
+            if not allow_outside_symlinks and not _is_inside(target, root_real):
+                cand.rejected.append(Rejected(
+                    rel, f"symlink leaves the data root (-> {target}); pass allow_outside_symlinks=True to follow it"))
+                continue
+        if entry.is_dir(follow_symlinks=True):
+            real = os.path.realpath(target)
+            if real in visited:
+                cand.ignored["symlink loop"] += 1
+                continue
+            visited.add(real)
+            _walk_jpegs(entry.path, root, root_real, allow_outside_symlinks, cand, label, visited)
+        elif name.lower().endswith(JPEG_EXTENSIONS):
+            cand.paths.append(rel)
+            cand.labels.append(label)
+        else:
+            cand.ignored["not .jpg/.jpeg"] += 1
+
+
+def _subdirs(path: str) -> list[str]:
+    return sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
+
+
+def _stat_sig(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+class SampleIndex:
+    """An immutable list of (file, label) samples under one root folder.
+
+    Build it with :meth:`from_folder`, :meth:`from_manifest` or :meth:`from_keywords`; save it with
+    :meth:`save` and reload it with :meth:`load` (no pickle: a ``.npz`` of plain arrays and JSON).
+
+    Attributes:
+        root: absolute data root; paths are relative to it.
+        paths: relative paths (``/``-separated), a read-only sequence of ``str``.
+        labels: int64 class ids, ``labels[i]`` indexes ``classes``.
+        classes: class names; ids are positions in this tuple.
+        sizes, mtimes: file size in bytes and mtime in ns at indexing time (int64).
+        widths, heights: image size declared by the JPEG frame header (before EXIF rotation).
+        rejected: files that were refused, each with a reason.
+        ignored: counts of files skipped on purpose (hidden, ``._*``, not JPEG by extension).
+        fingerprint: SHA-256 over classes, paths, labels, sizes and mtimes.
+    """
+
+    __slots__ = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected",
+                 "ignored", "fingerprint", "__weakref__")
+
+    def __init__(self, root: str | os.PathLike, paths: StringTable, labels: NDArray[np.int64],
+                 classes: Sequence[str], sizes: NDArray[np.int64], mtimes: NDArray[np.int64],
+                 widths: NDArray[np.int32], heights: NDArray[np.int32],
+                 rejected: Iterable[Rejected] = (), ignored: Mapping[str, int] | None = None):
+        n = len(paths)
+        arrays = {"labels": (labels, np.int64), "sizes": (sizes, np.int64), "mtimes": (mtimes, np.int64),
+                  "widths": (widths, np.int32), "heights": (heights, np.int32)}
+        fixed = {}
+        for name, (arr, dtype) in arrays.items():
+            a = np.array(arr, dtype=dtype, copy=True).reshape(-1)
+            if a.size != n:
+                raise ConfigError(f"SampleIndex: {name} has {a.size} entries for {n} paths")
+            a.flags.writeable = False
+            fixed[name] = a
+        classes = tuple(str(c) for c in classes)
+        if len(set(classes)) != len(classes):
+            raise ConfigError(f"SampleIndex: class names must be unique, got {classes}")
+        if n and (fixed["labels"].min() < 0 or fixed["labels"].max() >= len(classes)):
+            raise ConfigError(f"SampleIndex: labels must lie in [0, {len(classes) - 1}] for classes {classes}")
+        sa = object.__setattr__
+        sa(self, "root", str(Path(root).absolute()))
+        sa(self, "_paths", paths)
+        sa(self, "classes", classes)
+        for name, a in fixed.items():
+            sa(self, name, a)
+        sa(self, "rejected", tuple(rejected))
+        sa(self, "ignored", dict(ignored or {}))
+        sa(self, "fingerprint", self._compute_fingerprint())
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"SampleIndex is immutable; cannot set {name!r} (build a new index instead)")
+
+    # ----------------------------------------------------------------------------------- accessors
+    @property
+    def paths(self) -> StringTable:
+        return self._paths
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def abspath(self, i: int) -> str:
+        """Absolute path of sample ``i``."""
+        return os.path.join(self.root, self._paths[i])
+
+    def class_counts(self) -> NDArray[np.int64]:
+        """Number of samples per class, in the order of :attr:`classes`."""
+        return np.bincount(self.labels, minlength=len(self.classes)).astype(np.int64)
+
+    def summary(self) -> str:
+        counts = ", ".join(f"{c} {k}" for c, k in zip(self.classes, self.class_counts()))
+        text = f"indexed {len(self)} files in {len(self.classes)} classes ({counts}) under {self.root}"
+        if self.rejected:
+            reasons = Counter(r.reason.split(" (")[0].split(";")[0] for r in self.rejected)
+            text += f"; rejected {len(self.rejected)} (" + ", ".join(f"{k}: {v}" for k, v in reasons.most_common()) + ")"
+        if self.ignored:
+            text += f"; ignored {sum(self.ignored.values())} (" + ", ".join(f"{k}: {v}" for k, v in sorted(self.ignored.items())) + ")"
+        return text
+
+    def __repr__(self) -> str:
+        return f"<SampleIndex n={len(self)} classes={list(self.classes)} rejected={len(self.rejected)} root={self.root!r}>"
+
+    def _compute_fingerprint(self) -> str:
+        h = hashlib.sha256()
+        h.update(json.dumps(list(self.classes)).encode())
+        for a in (self._paths.offsets, self._paths.data, self.labels, self.sizes, self.mtimes):
+            h.update(np.ascontiguousarray(a).tobytes())
+        return h.hexdigest()
+
+    # ----------------------------------------------------------------------------------- builders
+    @classmethod
+    def from_folder(cls, root: str | os.PathLike, split: str | None = None, *, classes: Sequence[str] | None = None,
+                    verify: Verify = "header", max_pixels: int = DEFAULT_MAX_PIXELS,
+                    allow_outside_symlinks: bool = False, workers: int = 8, progress: bool | None = None) -> SampleIndex:
+        """Index ``root/<class>/**/*.jpg`` (or ``root/<split>/<class>/**`` when ``split`` is given).
+
+        Args:
+            root: data folder.
+            split: name of a split folder (``"train"``, ``"val"``); classes are then the union of the
+                class folders of every split, so the ids agree between splits.
+            classes: explicit class names in id order (default: sorted folder names). A class folder
+                not in this list is an error; a listed class without a folder has no samples.
+            verify: ``"header"`` (markers and frame size, default), ``"decode"`` (also decode every
+                file), or ``"none"`` (trust the files).
+            max_pixels: refuse files whose frame header declares more pixels than this.
+            allow_outside_symlinks: follow symlinks that point outside ``root`` (refused by default).
+            workers: threads used to read headers (I/O bound).
+            progress: show a progress bar (None: when stderr is a terminal).
+        """
+        root_path = Path(root)
+        if not root_path.is_dir():
+            raise IndexBuildError(f"data root {str(root)!r} is not a folder; pass the folder holding one sub-folder per class")
+        root_real = os.path.realpath(root_path)
+        base = root_path
+        if split is not None:
+            split_dirs = _subdirs(str(root_path))
+            if split not in split_dirs:
+                raise IndexBuildError(f"split {split!r} not found under {str(root)!r} (found: {split_dirs or 'no folders'})")
+            found = sorted(set().union(*(_subdirs(str(root_path / s)) for s in split_dirs)))
+            base = root_path / split
+        else:
+            found = _subdirs(str(root_path))
+        if classes is None:
+            classes = found
+        else:
+            classes = list(classes)
+            unknown = sorted(set(found) - set(classes))
+            if unknown:
+                raise IndexBuildError(f"class folders {unknown} under {str(base)!r} are not in classes={classes}; "
+                                      "add them to classes= or move them out of the root")
+        if not classes:
+            raise IndexBuildError(f"no class folders under {str(base)!r}; expected {str(base)}/<class>/*.jpg")
+        cand = _Candidates([], [], [], Counter())
+        visited = {root_real}
+        for entry in sorted(os.scandir(base), key=lambda e: e.name):
+            if entry.is_file() or (entry.is_symlink() and not entry.is_dir()):
+                if entry.name.startswith("."):
+                    cand.ignored["hidden"] += 1
+                elif entry.name.lower().endswith(JPEG_EXTENSIONS):
+                    cand.rejected.append(Rejected(_norm_rel(os.path.relpath(entry.path, root_path)),
+                                                  "not inside a class folder; move it into <root>/<class>/"))
+                else:
+                    cand.ignored["not .jpg/.jpeg"] += 1
+        for label, name in enumerate(classes):
+            folder = base / name
+            if folder.is_dir():
+                visited.add(os.path.realpath(folder))
+                _walk_jpegs(str(folder), str(root_path), root_real, allow_outside_symlinks, cand, label, visited)
+        return cls._validated(root_path, cand, classes, verify, max_pixels, workers, progress)
+
+    @classmethod
+    def from_keywords(cls, root: str | os.PathLike, rules: Mapping[str, Sequence[str]] | KeywordRules = DEFAULT_KEYWORDS,
+                      *, verify: Verify = "header", max_pixels: int = DEFAULT_MAX_PIXELS,
+                      allow_outside_symlinks: bool = False, workers: int = 8, progress: bool | None = None) -> SampleIndex:
+        """Index every JPEG below ``root`` and label it by keywords in its name or folders.
+
+        Default rules (the tutorial's): ok/normal/good -> normal, scratch/scr -> scratch, dent/pit ->
+        dent. Files that match no class or several are put in :attr:`rejected`, never guessed.
+        """
+        kw = rules if isinstance(rules, KeywordRules) else KeywordRules(rules)
+        root_path = Path(root)
+        if not root_path.is_dir():
+            raise IndexBuildError(f"data root {str(root)!r} is not a folder")
+        root_real = os.path.realpath(root_path)
+        found = _Candidates([], [], [], Counter())
+        _walk_jpegs(str(root_path), str(root_path), root_real, allow_outside_symlinks, found, 0, {root_real})
+        cand = _Candidates([], [], found.rejected, found.ignored)
+        class_id = {c: i for i, c in enumerate(kw.classes)}
+        for rel in found.paths:
+            name, reason = kw.label(rel)
+            if name is None:
+                cand.rejected.append(Rejected(rel, reason or "unlabelled"))
+            else:
+                cand.paths.append(rel)
+                cand.labels.append(class_id[name])
+        return cls._validated(root_path, cand, kw.classes, verify, max_pixels, workers, progress)
+
+    @classmethod
+    def from_manifest(cls, path: str | os.PathLike, root: str | os.PathLike | None = None, split: str | None = None, *,
+                      classes: Sequence[str] | None = None, verify: Verify = "header",
+                      max_pixels: int = DEFAULT_MAX_PIXELS, workers: int = 8, progress: bool | None = None) -> SampleIndex:
+        """Index the files listed in a manifest.
+
+        Args:
+            path: a JSON object ``{"relative/path.jpg": "class", ...}`` (``.json``), or a CSV file
+                ``path,label[,split]`` with an optional header row.
+            root: folder the manifest paths are relative to (default: the manifest's folder). An
+                entry resolving outside it (``../``, absolute paths elsewhere, symlinks) is refused.
+            split: keep only CSV rows whose third column equals this.
+            classes: explicit class names in id order (default: sorted labels found). A label not in
+                this list is an error.
+        """
+        mpath = Path(path)
+        root_path = Path(root) if root is not None else mpath.parent
+        if not root_path.is_dir():
+            raise ManifestError(f"manifest root {str(root_path)!r} is not a folder; pass root= the folder the paths are relative to")
+        rows = _read_manifest(mpath, split)
+        root_real = os.path.realpath(root_path)
+        outside = []
+        cand = _Candidates([], [], [], Counter())
+        seen: dict[str, tuple[int, str]] = {}
+        entries = []
+        for line, rel, label in rows:
+            full = rel if os.path.isabs(rel) else os.path.join(root_path, rel)
+            real = os.path.realpath(full)
+            if not _is_inside(real, root_real):
+                outside.append(f"line {line}: {rel!r} -> {real}")
+                continue
+            rel_norm = _norm_rel(os.path.relpath(os.path.abspath(full), os.path.abspath(root_path)))
+            if rel_norm in seen:
+                first_line, first_label = seen[rel_norm]
+                what = "conflicting label " + repr(label) + " vs " + repr(first_label) if label != first_label else "duplicate"
+                cand.rejected.append(Rejected(rel_norm, f"{what}: listed again at line {line} (first at line {first_line})"))
+                continue
+            seen[rel_norm] = (line, label)
+            entries.append((rel_norm, label))
+        if outside:
+            shown = "; ".join(outside[:5]) + (f"; and {len(outside) - 5} more" if len(outside) > 5 else "")
+            raise ManifestError(f"{mpath}: {len(outside)} entries resolve outside the root {root_real!r} ({shown}). "
+                                "Remove them or pass root= a folder that contains them")
+        labels_found = sorted({lab for _, lab in entries})
+        if classes is None:
+            classes = labels_found
+        else:
+            classes = list(classes)
+            unknown = sorted(set(labels_found) - set(classes))
+            if unknown:
+                raise ManifestError(f"{mpath}: labels {unknown} are not in classes={classes}; add them or fix the manifest")
+        class_id = {c: i for i, c in enumerate(classes)}
+        for rel, lab in entries:
+            cand.paths.append(rel)
+            cand.labels.append(class_id[lab])
+        if not classes:
+            raise ManifestError(f"{mpath}: no entries" + (f" for split {split!r}" if split else ""))
+        return cls._validated(root_path, cand, classes, verify, max_pixels, workers, progress)
+
+    @classmethod
+    def _validated(cls, root: Path, cand: _Candidates, classes: Sequence[str], verify: Verify, max_pixels: int,
+                   workers: int, progress: bool | None) -> SampleIndex:
+        if verify not in ("header", "decode", "none"):
+            raise ConfigError(f"verify={verify!r}; use 'header' (default), 'decode' or 'none'")
+        if max_pixels <= 0:
+            raise ConfigError(f"max_pixels={max_pixels}; must be a positive pixel count (default {DEFAULT_MAX_PIXELS})")
+        root_s = str(root)
+        n = len(cand.paths)
+        decode = verify == "decode"
+
+        def check(rel: str) -> tuple[str | None, int, int, int, int]:
+            full = os.path.join(root_s, rel)
+            try:
+                size, mtime = _stat_sig(full)
+            except FileNotFoundError:
+                return "missing file", 0, 0, 0, 0
+            except OSError as e:
+                return f"unreadable ({type(e).__name__}: {e.strerror or e})", 0, 0, 0, 0
+            if verify == "none":
+                return None, size, mtime, 0, 0
+            res = check_jpeg(full, max_pixels)
+            if res.reason is None and decode:
+                reason = _decode_check(full)
+                if reason:
+                    return reason, size, mtime, res.width, res.height
+            return res.reason, size, mtime, res.width, res.height
+
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            results = list(track(pool.map(check, cand.paths), total=n, desc="indexing", enabled=progress))
+        keep = [i for i, r in enumerate(results) if r[0] is None]
+        rejected = list(cand.rejected) + [Rejected(cand.paths[i], r[0]) for i, r in enumerate(results) if r[0] is not None]
+        rejected.sort(key=lambda r: r.path)
+        cols = np.array([r[1:] for r in results], dtype=np.int64).reshape(-1, 4)[keep]
+        index = cls(root, StringTable.from_strings(cand.paths[i] for i in keep), np.asarray(cand.labels, np.int64)[keep],
+                    classes, cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], rejected, cand.ignored)
+        log.info("%s", index.summary())
+        empty = [c for c, k in zip(index.classes, index.class_counts()) if k == 0]
+        if empty:
+            log.warning("classes with no samples: %s", empty)
+        return index
+
+    # ----------------------------------------------------------------------------------- derived
+    def subset(self, positions: Sequence[int] | NDArray[np.int64]) -> SampleIndex:
+        """A new index holding the samples at ``positions`` (same root and classes; rejects kept)."""
+        pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+        if pos.size and (pos.min() < 0 or pos.max() >= len(self)):
+            raise ConfigError(f"subset positions must lie in [0, {len(self) - 1}]")
+        return SampleIndex(self.root, self._paths.take(pos), self.labels[pos], self.classes, self.sizes[pos],
+                           self.mtimes[pos], self.widths[pos], self.heights[pos], self.rejected, self.ignored)
+
+    def split(self, val_fraction: float, seed: int = 0) -> tuple[SampleIndex, SampleIndex]:
+        """Split into ``(train, val)`` deterministically and stably.
+
+        Each file's side is decided by a hash of (seed, relative path) alone, so a file keeps its side
+        when others are added or removed. Each class gets ``val_fraction`` of its files in
+        expectation (not exactly: stability is bought with that).
+        """
+        if not 0.0 <= val_fraction <= 1.0:
+            raise ConfigError(f"val_fraction={val_fraction}; must lie in [0, 1]")
+        u = split_keys(self._paths, seed)
+        val = u < val_fraction
+        return self.subset(np.flatnonzero(~val)), self.subset(np.flatnonzero(val))
+
+    # ----------------------------------------------------------------------------------- checks
+    def changed_files(self, positions: Iterable[int] | None = None) -> list[tuple[str, str]]:
+        """``(path, what changed)`` for files whose size or mtime differ from indexing time, or are gone."""
+        out = []
+        for i in range(len(self)) if positions is None else positions:
+            full = self.abspath(i)
+            try:
+                size, mtime = _stat_sig(full)
+            except OSError:
+                out.append((self._paths[i], "missing"))
+                continue
+            if size != self.sizes[i]:
+                out.append((self._paths[i], f"size {self.sizes[i]} -> {size} bytes"))
+            elif mtime != self.mtimes[i]:
+                out.append((self._paths[i], "modified (mtime changed)"))
+        return out
+
+    # ----------------------------------------------------------------------------------- persistence
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the index to ``path`` (a ``.npz`` of plain arrays; no pickle). Atomic."""
+        meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "root": self.root, "classes": list(self.classes),
+                "rejected": [[r.path, r.reason] for r in self.rejected], "ignored": self.ignored,
+                "fingerprint": self.fingerprint}
+        buf = io.BytesIO()
+        np.savez(buf, path_data=self._paths.data, path_offsets=self._paths.offsets, labels=self.labels,
+                 sizes=self.sizes, mtimes=self.mtimes, widths=self.widths, heights=self.heights,
+                 meta=np.frombuffer(json.dumps(meta, ensure_ascii=False).encode("utf-8"), dtype=np.uint8))
+        tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(buf.getvalue())
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, root: str | os.PathLike | None = None,
+             check: Literal["stat", "none"] = "stat") -> SampleIndex:
+        """Read an index written by :meth:`save`.
+
+        Args:
+            path: the index file.
+            root: data root to use instead of the saved one (the data moved).
+            check: ``"stat"`` compares every file's size and mtime with indexing time and raises
+                :class:`StaleIndexError` listing the changed files; ``"none"`` skips that.
+        """
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except (OSError, ValueError) as e:
+            raise IndexFileError(f"{path}: not a readable index file ({e}); rebuild it with SampleIndex.from_folder(...).save(...)") from e
+        needed = {"path_data", "path_offsets", "labels", "sizes", "mtimes", "widths", "heights", "meta"}
+        if not needed <= arrays.keys():
+            raise IndexFileError(f"{path}: missing arrays {sorted(needed - arrays.keys())}; not a SampleIndex file")
+        meta = json.loads(arrays["meta"].tobytes().decode("utf-8"))
+        if meta.get("format") != FORMAT_NAME or meta.get("version") != FORMAT_VERSION:
+            raise IndexFileError(f"{path}: format {meta.get('format')!r} version {meta.get('version')!r}; "
+                                 f"this library reads {FORMAT_NAME!r} version {FORMAT_VERSION}. Rebuild the index")
+        index = cls(root if root is not None else meta["root"],
+                    StringTable(arrays["path_data"], arrays["path_offsets"]), arrays["labels"], meta["classes"],
+                    arrays["sizes"], arrays["mtimes"], arrays["widths"], arrays["heights"],
+                    [Rejected(p, r) for p, r in meta["rejected"]], meta["ignored"])
+        if index.fingerprint != meta["fingerprint"]:
+            raise IndexFileError(f"{path}: contents do not match the saved fingerprint (file edited or corrupt); rebuild it")
+        if check == "stat":
+            changed = index.changed_files()
+            if changed:
+                shown = "; ".join(f"{p}: {w}" for p, w in changed[:5]) + ("; ..." if len(changed) > 5 else "")
+                raise StaleIndexError(f"{path}: {len(changed)} of {len(index)} files changed since indexing ({shown}). "
+                                      "Rebuild the index, or load with check='none' to use it anyway")
+        elif check != "none":
+            raise ConfigError(f"check={check!r}; use 'stat' (default) or 'none'")
+        return index
+
+
+def split_keys(paths: Iterable[str], seed: int) -> NDArray[np.float64]:
+    """A uniform number in [0, 1) per path, a pure function of (seed, path)."""
+    prefix = f"{int(seed)}\0".encode()
+    return np.array([int.from_bytes(hashlib.blake2b(prefix + p.encode("utf-8", "surrogateescape"), digest_size=8).digest(), "little")
+                     for p in paths], dtype=np.float64) / 2.0**64
+
+
+def _decode_check(path: str) -> str | None:
+    import cv2  # only for verify="decode"
+
+    data = np.fromfile(path, dtype=np.uint8)
+    if cv2.imdecode(data, cv2.IMREAD_GRAYSCALE) is None:
+        return "decoder refused the file (corrupt entropy data or unsupported JPEG)"
+    return None
+
+
+def _read_manifest(path: Path, split: str | None) -> list[tuple[int, str, str]]:
+    """``(line, path, label)`` rows of a JSON or CSV manifest."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as e:
+        raise ManifestError(f"manifest {str(path)!r} is unreadable ({e.strerror or e})") from e
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ManifestError(f"manifest {str(path)!r} is not valid JSON ({e})") from e
+        if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+            raise ManifestError(f"manifest {str(path)!r} must be a JSON object {{\"relative/path.jpg\": \"class\"}}")
+        if split is not None:
+            raise ManifestError(f"manifest {str(path)!r}: split= needs a CSV manifest with a split column")
+        return [(i + 1, k, v) for i, (k, v) in enumerate(data.items())]
+    rows = []
+    for line, row in enumerate(csv.reader(io.StringIO(text)), start=1):
+        if not row or all(not c.strip() for c in row):
+            continue
+        if line == 1 and row[0].strip().lower() in ("path", "file", "filename", "image"):
+            continue
+        if len(row) not in (2, 3):
+            raise ManifestError(f"{path}: line {line} has {len(row)} columns ({row!r}); expected path,label[,split]")
+        if split is not None:
+            if len(row) != 3:
+                raise ManifestError(f"{path}: line {line} has no split column but split={split!r} was asked")
+            if row[2].strip() != split:
+                continue
+        rows.append((line, row[0].strip(), row[1].strip()))
+    return rows

@@ -1,0 +1,116 @@
+"""``ImageDataset``: the shared contract executed on the CPU with OpenCV, one sample at a time.
+
+Accepts the sampler's :class:`~dali_backend.sampler.Draw` records (augmentation parameters from the
+draw's epoch and position) and plain integer indices (parameters from the dataset's own epoch, set
+with :meth:`ImageDataset.set_epoch`, and the index). Safe in forked workers: OpenCV's thread pool is
+switched off in each worker (``cv2.setNumThreads(0)``; ``1`` can deadlock after a fork, FACTS.md) and
+nothing touches CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+
+import cv2
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch.utils.data import Dataset, get_worker_info
+
+from dali_backend.augment import AugmentSpec, AugParams, draw_params
+from dali_backend.errors import BadImageError, ConfigError
+from dali_backend.index import SampleIndex
+
+from . import ops
+
+_configured_pid: int | None = None
+
+
+def _configure_worker() -> None:
+    """Once per process: no OpenCV thread pool inside DataLoader workers (processes already run in parallel)."""
+    global _configured_pid
+    pid = os.getpid()
+    if _configured_pid != pid:
+        _configured_pid = pid
+        if get_worker_info() is not None:
+            cv2.setNumThreads(0)
+
+
+def resolve_item(item, default_epoch: int) -> tuple[int, int | None, int, int]:
+    """``(sample index, epoch or None, epoch used for parameters, position)`` of a Draw or an int."""
+    if hasattr(item, "position") and hasattr(item, "epoch"):
+        return int(item.index), int(item.epoch), int(item.epoch), int(item.position)
+    if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+        return int(item), None, default_epoch, int(item)
+    raise ConfigError(f"ImageDataset index must be an int or a Draw from WeightedSampler, got {item!r}")
+
+
+class ImageDataset(Dataset):
+    """A torch Dataset over a :class:`SampleIndex` that applies an :class:`AugmentSpec`.
+
+    Args:
+        index: the samples.
+        spec: the augmentation (default ``AugmentSpec()``: gray, CLAHE, 256x256, light jitter).
+        seed: augmentation seed (parameters are a pure function of seed, epoch and position).
+
+    ``ds[i]`` returns ``(image, label)``: float32 ``[3, H, W]`` (the spec's dtype) and an int64 scalar
+    tensor. Bad files raise :class:`BadImageError` naming the file; nothing is replaced silently.
+    """
+
+    def __init__(self, index: SampleIndex, spec: AugmentSpec | None = None, seed: int = 0):
+        if not isinstance(index, SampleIndex):
+            raise ConfigError(f"ImageDataset: index must be a SampleIndex, got {type(index).__name__}; "
+                              "build one with SampleIndex.from_folder(root)")
+        if spec is None:
+            spec = AugmentSpec()
+        if not isinstance(spec, AugmentSpec):
+            raise ConfigError(f"ImageDataset: spec must be an AugmentSpec, got {type(spec).__name__}")
+        if not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ConfigError(f"ImageDataset: seed={seed!r}; must be a non-negative integer")
+        self.index, self.spec, self.seed, self.epoch = index, spec, int(seed), 0
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Epoch used for the parameters of plain integer indices (Draws carry their own)."""
+        self.epoch = int(epoch)
+
+    def params(self, item) -> AugParams:
+        """The augmentation parameters ``item`` (a Draw or an int) gets."""
+        _, _, epoch, position = resolve_item(item, self.epoch)
+        return draw_params(self.spec, self.seed, epoch, position)
+
+    def read_bytes(self, i: int) -> NDArray[np.uint8]:
+        """The encoded file of sample ``i`` (raises BadImageError when unreadable)."""
+        path = self.index.abspath(i)
+        try:
+            return np.fromfile(path, dtype=np.uint8)
+        except OSError as e:
+            raise BadImageError(path, i, int(self.index.labels[i]), None, f"unreadable ({e.strerror or e})") from e
+
+    def decode(self, i: int, epoch: int | None = None) -> NDArray[np.uint8]:
+        """Decoded image of sample ``i`` (gray HxW or RGB HxWx3), before any augmentation."""
+        data = self.read_bytes(i)
+        img = ops.decode(data, self.spec.color) if data.size else None
+        if img is None or img.size == 0:
+            path = self.index.abspath(i)
+            reason = "empty file" if data.size == 0 else "OpenCV could not decode it (corrupt or not a JPEG)"
+            raise BadImageError(path, i, int(self.index.labels[i]), epoch, reason)
+        return img
+
+    def load_uint8(self, item) -> tuple[NDArray[np.uint8], int]:
+        """``(uint8 [C, H, W], label)`` with C = 1 in gray mode: augmented, not yet normalised."""
+        _configure_worker()
+        i, epoch, pepoch, position = resolve_item(item, self.epoch)
+        if not 0 <= i < len(self.index):
+            raise IndexError(f"sample index {i} out of range for {len(self.index)} samples")
+        img = self.decode(i, epoch)
+        return ops.augment(img, self.spec, draw_params(self.spec, self.seed, pepoch, position)), int(self.index.labels[i])
+
+    def __getitem__(self, item) -> tuple[torch.Tensor, torch.Tensor]:
+        img, label = self.load_uint8(item)
+        return ops.normalize(torch.from_numpy(img), self.spec), torch.tensor(label, dtype=torch.int64)
+
+    def __repr__(self) -> str:
+        return f"ImageDataset(n={len(self)}, spec={self.spec}, seed={self.seed})"

@@ -1,0 +1,177 @@
+"""The reference operations on the CPU (OpenCV, numpy, torch), one function per step.
+
+Each step reproduces what the DALI operator computes, so the two backends agree pixel for pixel:
+
+* decode: ``cv2.imdecode`` (libjpeg-turbo, EXIF orientation applied), as DALI's CPU decoder;
+* CLAHE: ``cv2.createCLAHE``, which DALI's ``fn.clahe`` matches exactly;
+* resize: DALI's antialiased linear resampling, i.e. a triangle filter whose half-width is the
+  scale factor when shrinking (1 when enlarging), normalised, with edge pixels *replicated* beyond the
+  border. ``torch``'s antialiased bilinear uses the same filter but renormalises at the border
+  instead, so we run torch for the interior (fast) and recompute the few border rows and columns;
+* rotation: ``cv2.warpAffine`` about ``((w - 1) / 2, (h - 1) / 2)``, bilinear, fill 0;
+* jitter: a 256-entry lookup table of ``b * (128 + c * (x - 128))`` rounded half up, clipped to [0, 255].
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import cv2
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from dali_backend.augment import AugmentSpec, AugParams
+from dali_backend.tensors import normalize  # noqa: F401  (re-exported: one normalisation for both backends)
+
+Image = NDArray[np.uint8]  # HxW (gray) or HxWx3 (RGB)
+
+
+def decode(data: NDArray[np.uint8] | bytes, color: str) -> Image | None:
+    """Decode JPEG bytes to gray (HxW) or RGB (HxWx3) uint8; None when OpenCV refuses the data."""
+    buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) else data
+    if color == "gray":
+        return cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE)
+    bgr = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+    return None if bgr is None else cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+@lru_cache(maxsize=8)
+def _clahe(clip_limit: float, tiles: tuple[int, int]):
+    return cv2.createCLAHE(clipLimit=clip_limit, tileGridSize=tiles)
+
+
+def clahe(img: Image, spec: AugmentSpec) -> Image:
+    """CLAHE at native resolution; RGB images are equalised channel by channel."""
+    if spec.clahe is None:
+        return img
+    op = _clahe(float(spec.clahe.clip_limit), spec.clahe.tiles)
+    if img.ndim == 2:
+        return op.apply(img)
+    return np.dstack([op.apply(np.ascontiguousarray(img[:, :, c])) for c in range(img.shape[2])])
+
+
+# ----------------------------------------------------------------------------------------- resize
+@lru_cache(maxsize=64)
+def resample_weights(in_size: int, out_size: int) -> tuple[NDArray[np.int64], NDArray[np.float32], int, int]:
+    """Source indices (clamped to the image) and normalised weights, one row per output pixel.
+
+    Also returns how many leading and trailing outputs had taps clamped at the image edge.
+
+    The triangle filter of DALI's linear resampling: half-width ``s = in/out`` when shrinking (1 when
+    enlarging), centred on ``(x + 0.5) * s - 0.5``, taps starting at the first source pixel at or after
+    the left end, weights normalised to sum 1, all in float32 like DALI.
+    """
+    f32 = np.float32
+    scale = f32(in_size / out_size)
+    radius = max(f32(1.0), scale)
+    support = max(f32(1.0), f32(2.0) * radius)
+    fscale = f32(2.0) / support           # filter coordinates per source pixel
+    anchor = support / f32(2.0)
+    taps = math.ceil(f32(2.0) / fscale)
+    start = f32(f32(0.5) * scale - f32(0.5) - anchor)
+    x = np.arange(out_size, dtype=np.float32)
+    sx0f = (x * scale + start).astype(np.float32)
+    sx0 = np.ceil(sx0f).astype(np.int64)
+    f0 = (sx0 - sx0f).astype(np.float32)
+    t = ((f0[:, None] + np.arange(taps, dtype=np.float32)[None, :]) * fscale).astype(np.float32)
+    w = np.clip(f32(1.0) - np.abs(t - f32(1.0)), 0.0, None).astype(np.float32)
+    sums = w.sum(axis=1, keepdims=True)
+    w = np.where(sums > 0, w / np.where(sums > 0, sums, 1), w).astype(np.float32)
+    raw = sx0[:, None] + np.arange(taps)[None, :]
+    lead = int(np.count_nonzero(raw[:, 0] < 0))
+    trail = int(np.count_nonzero(raw[:, -1] > in_size - 1))
+    idx = np.clip(raw, 0, in_size - 1)
+    idx.flags.writeable = False
+    w.flags.writeable = False
+    return idx, w, lead, trail
+
+
+def _resample_axis(a: NDArray[np.float32], idx: NDArray[np.int64], w: NDArray[np.float32], axis: int) -> NDArray[np.float32]:
+    """Weighted gather along ``axis`` (0 rows, 1 columns) of a float image (HxW or HxWxC)."""
+    shape = [1] * a.ndim
+    shape[axis] = idx.shape[0]
+    out = None
+    for k in range(idx.shape[1]):
+        term = np.take(a, idx[:, k], axis=axis) * w[:, k].reshape(shape)
+        out = term if out is None else out + term
+    return out
+
+
+def resize_exact(img: Image, height: int, width: int) -> Image:
+    """DALI-equivalent antialiased resize in plain numpy (slow; the reference for :func:`resize`)."""
+    iy, wy, _, _ = resample_weights(img.shape[0], height)
+    ix, wx, _, _ = resample_weights(img.shape[1], width)
+    tmp = _resample_axis(img.astype(np.float32), iy, wy, 0)
+    out = _resample_axis(tmp, ix, wx, 1)
+    return np.clip(np.floor(out + 0.5), 0, 255).astype(np.uint8)
+
+
+def resize(img: Image, height: int, width: int) -> Image:
+    """Antialiased resize equal to DALI's ``fn.resize`` (linear, antialias on) within float rounding.
+
+    torch's antialiased bilinear computes the interior; rows and columns whose filter reaches past
+    the image edge (1-3 per side) are recomputed with DALI's edge replication.
+    """
+    h0, w0 = img.shape[:2]
+    if (h0, w0) == (height, width):
+        return img.copy()
+    t = torch.from_numpy(np.ascontiguousarray(img))
+    t = t[None, None] if img.ndim == 2 else t.permute(2, 0, 1)[None]
+    with torch.no_grad():
+        out_t = torch.nn.functional.interpolate(t.float(), size=(height, width), mode="bilinear",
+                                                antialias=True, align_corners=False)[0]
+    out = out_t.numpy() if img.ndim == 2 else out_t.permute(1, 2, 0).numpy()
+    out = out[0] if img.ndim == 2 else np.ascontiguousarray(out)
+    iy, wy, top, bottom = resample_weights(h0, height)
+    ix, wx, left, right = resample_weights(w0, width)
+    top, bottom = min(top, height), min(bottom, height - min(top, height))
+    left, right = min(left, width), min(right, width - min(left, width))
+    src = None
+    if top or bottom:
+        rows = np.r_[0:top, height - bottom:height]
+        src = img.astype(np.float32)
+        tmp = _resample_axis(src, iy[rows], wy[rows], 0)
+        out[rows] = _resample_axis(tmp, ix, wx, 1)
+    if left or right:
+        cols = np.r_[0:left, width - right:width]
+        need = np.unique(ix[cols])
+        remap = np.searchsorted(need, ix[cols])
+        src = img.astype(np.float32) if src is None else src
+        tmp = _resample_axis(np.take(src, need, axis=1), iy, wy, 0)
+        out[:, cols] = _resample_axis(tmp, remap, wx[cols], 1)
+    return np.clip(np.floor(out + 0.5), 0, 255).astype(np.uint8)
+
+
+# ----------------------------------------------------------------------------------------- rotate, jitter
+def rotate(img: Image, angle: float) -> Image:
+    """Rotate ``angle`` degrees counter-clockwise about the centre; bilinear, fill 0, same size."""
+    if angle == 0.0:
+        return img
+    h, w = img.shape[:2]
+    m = cv2.getRotationMatrix2D((w / 2 - 0.5, h / 2 - 0.5), float(angle), 1.0)
+    return cv2.warpAffine(img, m, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+
+
+def jitter_lut(brightness: float, contrast: float) -> NDArray[np.uint8]:
+    """``b * (128 + c * (x - 128))`` for every x in 0..255, in float32, rounded half up (as DALI) and clipped."""
+    x = np.arange(256, dtype=np.float32)
+    y = np.float32(brightness) * (np.float32(128.0) + np.float32(contrast) * (x - np.float32(128.0)))
+    return np.clip(np.floor(y + np.float32(0.5)), 0, 255).astype(np.uint8)
+
+
+def jitter(img: Image, brightness: float, contrast: float) -> Image:
+    if brightness == 1.0 and contrast == 1.0:
+        return img
+    return cv2.LUT(img, jitter_lut(brightness, contrast))
+
+
+# ----------------------------------------------------------------------------------------- composition
+def augment(decoded: Image, spec: AugmentSpec, params: AugParams) -> NDArray[np.uint8]:
+    """Steps 2-5 of the reference semantics; returns channel-first uint8 ``[C, H, W]`` (C = 1 or 3)."""
+    img = clahe(decoded, spec)
+    img = resize(img, spec.height, spec.width)
+    img = rotate(img, params.angle)
+    img = jitter(img, params.brightness, params.contrast)
+    return img[None] if img.ndim == 2 else np.ascontiguousarray(img.transpose(2, 0, 1))

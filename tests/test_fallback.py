@@ -1,0 +1,113 @@
+"""The CPU fallback: outputs, worker determinism, bad files, and each reference operation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from conftest import jpeg_bytes, write
+from dali_backend import AugmentSpec, BadImageError, Draw, SampleIndex, WeightedSampler
+from dali_backend.augment import AugParams
+from fallback import FallbackLoader, ImageDataset, ops
+
+
+def test_sample_shape_dtype_label(defect_index):
+    ds = ImageDataset(defect_index, AugmentSpec(size=(40, 56)))
+    x, y = ds[0]
+    assert x.shape == (3, 40, 56) and x.dtype == torch.float32
+    assert y.dtype == torch.int64 and int(y) == defect_index.labels[0]
+    raw, _ = ds.load_uint8(0)
+    scale, shift = AugmentSpec().normalize_coefficients()
+    np.testing.assert_allclose(x.numpy(), raw.astype(np.float32) * scale[:, None, None] + shift[:, None, None], atol=1e-6)
+
+
+def test_draws_get_their_own_parameters(defect_index):
+    ds = ImageDataset(defect_index, seed=4)
+    a, b = Draw(3, 0, 10), Draw(3, 0, 11)
+    assert ds.params(a) != ds.params(b)
+    assert not torch.equal(ds[a][0], ds[b][0])
+    assert torch.equal(ds[a][0], ds[Draw(3, 0, 10)][0])
+
+
+@pytest.mark.parametrize("loader_kind", ["DataLoader", "FallbackLoader"])
+def test_batches_identical_for_0_and_2_workers(defect_index, loader_kind):
+    ds = ImageDataset(defect_index, AugmentSpec(size=48), seed=1)
+
+    def run(workers):
+        s = WeightedSampler(defect_index, num_samples=40, seed=2)
+        s.set_epoch(1)
+        if loader_kind == "DataLoader":
+            loader = DataLoader(ds, batch_size=8, sampler=s, num_workers=workers)
+        else:
+            loader = FallbackLoader(ds, batch_size=8, sampler=s, num_workers=workers)
+        return [(x.clone(), y.clone()) for x, y in loader]
+
+    a, b = run(0), run(2)
+    assert len(a) == len(b) == 5
+    for (xa, ya), (xb, yb) in zip(a, b):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+def test_tuned_loader_equals_plain_dataloader(defect_index):
+    ds = ImageDataset(defect_index, AugmentSpec(size=32), seed=1)
+    s = WeightedSampler(defect_index, num_samples=20, seed=9)
+    plain = list(DataLoader(ds, batch_size=6, sampler=s))
+    tuned = FallbackLoader(ds, batch_size=6, sampler=s)
+    assert len(tuned) == 4
+    for (xa, ya), (xb, yb) in zip(plain, tuned):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert len(FallbackLoader(ds, batch_size=6, sampler=s, drop_last=True)) == 3
+
+
+def test_bad_file_raises_naming_it(tmp_path):
+    write(tmp_path / "a" / "ok.jpg", jpeg_bytes())
+    write(tmp_path / "a" / "z_later.jpg", jpeg_bytes(seed=1))
+    index = SampleIndex.from_folder(tmp_path, progress=False)
+    (tmp_path / "a" / "z_later.jpg").write_bytes(b"garbage that replaced the file")
+    ds = ImageDataset(index)
+    with pytest.raises(BadImageError) as e:
+        ds[Draw(1, 3, 0)]
+    assert str(tmp_path / "a" / "z_later.jpg") in str(e.value) and "epoch 3" in str(e.value)
+    assert (e.value.index, e.value.label, e.value.epoch) == (1, 0, 3)
+    with pytest.raises(BadImageError):
+        list(FallbackLoader(ds, batch_size=2, num_workers=1))
+
+
+# ------------------------------------------------------------------------------------- operations
+@pytest.mark.parametrize("src, dst", [((120, 160), (48, 48)), ((7, 5), (256, 256)), ((1, 1), (3, 4)),
+                                      ((40, 2000), (32, 32)), ((300, 200), (301, 199))])
+def test_fast_resize_equals_reference_resize(src, dst):
+    img = np.random.default_rng(0).integers(0, 256, src, dtype=np.uint8)
+    fast, ref = ops.resize(img, *dst), ops.resize_exact(img, *dst)
+    diff = np.abs(fast.astype(int) - ref.astype(int))
+    assert fast.shape == dst and diff.max() <= 1 and diff.mean() < 0.01
+
+
+def test_resize_replicates_the_border():
+    img = np.zeros((60, 60), np.uint8)
+    img[:, 0] = 255
+    out = ops.resize(img, 20, 20)
+    # output column 0 is centred on source x=1 with taps -1..3 (weights 1,2,3,2,1 / 9 after normalising);
+    # DALI replicates the edge so tap -1 reads column 0 too: (1 + 2) / 9 * 255 = 85. torch's
+    # renormalising at the border would give 2 / 8 * 255 = 64.
+    assert out[:, 0].tolist() == [85] * 20 and out[:, 1:].max() == 0
+
+
+def test_rotation_and_jitter_semantics():
+    img = np.zeros((9, 9), np.uint8)
+    img[4, 6] = 200
+    rot = ops.rotate(img, 90.0)  # counter-clockwise: right of centre moves up
+    assert np.unravel_index(rot.argmax(), rot.shape) == (2, 4)
+    assert ops.rotate(img, 0.0) is img
+    lut = ops.jitter_lut(1.1, 0.9)
+    x = np.arange(256, dtype=np.float64)
+    np.testing.assert_array_equal(lut, np.clip(np.floor(1.1 * (128 + 0.9 * (x - 128)) + 0.5), 0, 255))
+    assert ops.jitter_lut(1.0, 1.5)[129] == 130  # 129.5 rounds up (DALI), not to even
+
+
+def test_augment_identity_when_no_randomness():
+    img = np.random.default_rng(0).integers(0, 256, (32, 32), dtype=np.uint8)
+    spec = AugmentSpec(size=32, clahe=None)
+    np.testing.assert_array_equal(ops.augment(img, spec, AugParams(0.0, 1.0, 1.0))[0], img)
