@@ -118,8 +118,16 @@ class AugmentSpec:
         return 1 if self.color == "gray" else 3
 
     @property
+    def rotates(self) -> bool:
+        return bool(self.rotate_deg)
+
+    @property
+    def jitters(self) -> bool:
+        return bool(self.brightness or self.contrast)
+
+    @property
     def is_random(self) -> bool:
-        return bool(self.rotate_deg or self.brightness or self.contrast)
+        return self.rotates or self.jitters
 
     def eval(self) -> AugmentSpec:
         """The evaluation variant: same decode, CLAHE, size and normalisation; no randomness."""

@@ -155,10 +155,18 @@ def rotate(img: Image, angle: float) -> Image:
 
 
 def jitter_lut(brightness: float, contrast: float) -> NDArray[np.uint8]:
-    """``b * (128 + c * (x - 128))`` for every x in 0..255, in float32, rounded half up (as DALI) and clipped."""
+    """``b * (128 + c * (x - 128))`` for every x in 0..255, rounded half up and clipped to [0, 255].
+
+    Evaluated the way DALI's ``brightness_contrast`` kernel does, in float32, rearranged as
+    ``x * (b * c) + b * (128 - c * 128)``, so that ties (x.5) round the same way.
+    """
+    f32 = np.float32
+    b = f32(f32(f32(brightness) * f32(255.0)) / f32(255.0))
+    c = f32(contrast)
+    addend = b * (f32(128.0) - c * f32(128.0))
     x = np.arange(256, dtype=np.float32)
-    y = np.float32(brightness) * (np.float32(128.0) + np.float32(contrast) * (x - np.float32(128.0)))
-    return np.clip(np.floor(y + np.float32(0.5)), 0, 255).astype(np.uint8)
+    y = x * (b * c) + addend
+    return np.clip(np.floor(y + f32(0.5)), 0, 255).astype(np.uint8)
 
 
 def jitter(img: Image, brightness: float, contrast: float) -> Image:

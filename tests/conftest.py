@@ -54,3 +54,30 @@ def defect_index(defect_root):
     from dali_backend import SampleIndex
 
     return SampleIndex.from_folder(defect_root, progress=False)
+
+
+def with_exif_orientation(jpeg: bytes, orientation: int) -> bytes:
+    """Insert an EXIF APP1 segment carrying ``orientation`` (1-8) right after SOI."""
+    ifd = (b"II*\x00" + (8).to_bytes(4, "little") + (1).to_bytes(2, "little")
+           + (0x0112).to_bytes(2, "little") + (3).to_bytes(2, "little") + (1).to_bytes(4, "little")
+           + orientation.to_bytes(2, "little") + b"\x00\x00" + (0).to_bytes(4, "little"))
+    payload = b"Exif\x00\x00" + ifd
+    return jpeg[:2] + b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload + jpeg[2:]
+
+
+@pytest.fixture(scope="session")
+def odd_root(tmp_path_factory) -> Path:
+    """Awkward images: 1x1, 7x5, 2000x40, 40x2000, EXIF-rotated, gray and colour, one large."""
+    from dali_backend.synthetic import make_image
+
+    root = tmp_path_factory.mktemp("odd")
+    write(root / "a" / "one.jpg", jpeg_bytes(1, 1, seed=1))
+    write(root / "a" / "seven_by_five.jpg", jpeg_bytes(7, 5, seed=2, color=True))
+    write(root / "a" / "wide.jpg", jpeg_bytes(40, 2000, seed=3))
+    write(root / "b" / "tall.jpg", jpeg_bytes(2000, 40, seed=4, color=True))
+    write(root / "b" / "exif6.jpg", with_exif_orientation(jpeg_bytes(60, 90, seed=5, color=True), 6))
+    write(root / "b" / "exif3.jpg", with_exif_orientation(jpeg_bytes(61, 33, seed=6), 3))
+    big = make_image(7, "scratch", 0, 1024, 768)
+    write(root / "c" / "big.jpg", cv2.imencode(".jpg", big, [cv2.IMWRITE_JPEG_QUALITY, 92])[1].tobytes())
+    write(root / "c" / "progressive.jpg", cv2.imencode(".jpg", big[:300, :400], [cv2.IMWRITE_JPEG_PROGRESSIVE, 1])[1].tobytes())
+    return root

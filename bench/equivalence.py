@@ -1,0 +1,191 @@
+"""Pixel agreement between the DALI operators and the fallback's OpenCV/torch operations.
+
+Used by the tests (DALI on the CPU) and by the GPU check (DALI on the GPU): each operation is run
+alone on the same inputs by both sides, and the whole pipeline end to end through both loaders.
+Differences are measured on the uint8 scale before normalisation: mean |diff|, 99.9th percentile, max.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+
+from dali_backend.augment import AugmentSpec, AugParams, Clahe
+from fallback import ops
+
+
+def diff_stats(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> dict:
+    """mean / p99.9 / max of |a - b| over all pixels of paired images (shapes must agree)."""
+    diffs = []
+    for x, y in zip(a, b, strict=True):
+        x, y = np.asarray(x), np.asarray(y)
+        if x.shape != y.shape:
+            raise AssertionError(f"shape mismatch {x.shape} vs {y.shape}")
+        diffs.append(np.abs(x.astype(np.int16) - y.astype(np.int16)).ravel())
+    d = np.concatenate(diffs) if diffs else np.zeros(0)
+    if d.size == 0:
+        return {"mean": 0.0, "p999": 0.0, "max": 0, "pixels": 0}
+    return {"mean": float(d.mean()), "p999": float(np.percentile(d, 99.9)), "max": int(d.max()), "pixels": int(d.size)}
+
+
+def _run(graph_fn, inputs: list, device: str, batch_size: int):
+    """Run a one-op DALI pipeline over ``inputs`` (tuples of per-sample arrays), return output arrays."""
+    from nvidia.dali import pipeline_def
+
+    n = len(inputs)
+    gpu = device == "gpu"
+
+    @pipeline_def(batch_size=batch_size, num_threads=2, device_id=0 if gpu else None, exec_dynamic=True,
+                  prefetch_queue_depth=1)
+    def pipe():
+        return graph_fn(gpu)
+
+    outs = []
+    p = pipe()
+    p.build()
+    for start in range(0, n, batch_size):
+        chunk = inputs[start:start + batch_size]
+        feed = list(zip(*chunk))
+        for name_i, values in enumerate(feed):
+            p.feed_input(f"in{name_i}", list(values))
+        (res,) = p.run()
+        if gpu:
+            res = res.as_cpu()
+        outs += [np.array(res[i]) for i in range(len(chunk))]
+    return outs
+
+
+def _src(i: int, gpu: bool, layout: str | None = "HWC"):
+    from nvidia.dali import fn
+
+    x = fn.external_source(name=f"in{i}", layout=layout) if layout else fn.external_source(name=f"in{i}")
+    return x.gpu() if gpu and layout else x
+
+
+def test_images(seed: int = 0) -> list[np.ndarray]:
+    """Textured gray images of awkward sizes (and one large), as decoded uint8 HxW."""
+    from dali_backend.synthetic import make_image
+
+    rng = np.random.default_rng(seed)
+    imgs = [cv2.cvtColor(make_image(seed, "scratch", 0, 640, 480), cv2.COLOR_BGR2GRAY),
+            cv2.cvtColor(make_image(seed, "dent", 1, 2000, 40), cv2.COLOR_BGR2GRAY)]
+    for h, w in [(1, 1), (7, 5), (33, 257)]:
+        imgs.append(rng.integers(0, 256, (h, w), dtype=np.uint8))
+    return imgs
+
+
+def compare_operations(device: str = "cpu", images: list[np.ndarray] | None = None,
+                       spec: AugmentSpec | None = None) -> dict[str, dict]:
+    """Per-operation agreement of DALI (``device``) with the fallback on gray images."""
+    from nvidia.dali import fn, types
+
+    spec = spec or AugmentSpec()
+    images = images if images is not None else test_images()
+    gray = [im[:, :, None] for im in images]
+    results = {}
+
+    # decode: encode each image, decode on both sides
+    encoded = [np.frombuffer(cv2.imencode(".jpg", im, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes(), np.uint8)
+               for im in images]
+    dali_dec = _run(lambda gpu: fn.decoders.image(_src(0, False, None), device="mixed" if gpu else "cpu",
+                                                  output_type=types.GRAY), [(e,) for e in encoded], device, 4)
+    results["decode"] = diff_stats([d[:, :, 0] for d in dali_dec], [ops.decode(e, "gray") for e in encoded])
+
+    clahe = spec.clahe or Clahe()
+    dali_clahe = _run(lambda gpu: fn.clahe(_src(0, gpu), tiles_x=clahe.tiles[0], tiles_y=clahe.tiles[1],
+                                           clip_limit=float(clahe.clip_limit), luma_only=False),
+                      [(g,) for g in gray if min(g.shape[:2]) >= 8], device, 4)
+    results["clahe"] = diff_stats([d[:, :, 0] for d in dali_clahe],
+                                  [ops.clahe(im, spec) for im in images if min(im.shape) >= 8])
+
+    h, w = spec.height, spec.width
+    dali_rs = _run(lambda gpu: fn.resize(_src(0, gpu), resize_x=w, resize_y=h, antialias=True,
+                                         interp_type=types.INTERP_LINEAR), [(g,) for g in gray], device, 4)
+    results["resize"] = diff_stats([d[:, :, 0] for d in dali_rs], [ops.resize(im, h, w) for im in images])
+
+    small = [ops.resize(im, h, w) for im in images]
+    angles = [np.array(a, np.float32) for a in np.linspace(-spec.rotate_deg or -5, spec.rotate_deg or 5, len(small))]
+    dali_rot = _run(lambda gpu: fn.rotate(_src(0, gpu), angle=_src(1, False, None), keep_size=True, fill_value=0,
+                                          interp_type=types.INTERP_LINEAR),
+                    [(s[:, :, None], a) for s, a in zip(small, angles)], device, 4)
+    results["rotate"] = diff_stats([d[:, :, 0] for d in dali_rot], [ops.rotate(s, float(a)) for s, a in zip(small, angles)])
+
+    bs = [np.array(v, np.float32) for v in np.linspace(0.9, 1.1, len(small))]
+    cs = [np.array(v, np.float32) for v in np.linspace(1.1, 0.9, len(small))]
+    dali_bc = _run(lambda gpu: fn.brightness_contrast(_src(0, gpu), brightness=_src(1, False, None),
+                                                      contrast=_src(2, False, None), contrast_center=128.0),
+                   [(s[:, :, None], b, c) for s, b, c in zip(small, bs, cs)], device, 4)
+    results["jitter"] = diff_stats([d[:, :, 0] for d in dali_bc],
+                                   [ops.jitter(s, float(b), float(c)) for s, b, c in zip(small, bs, cs)])
+    return results
+
+
+def compare_end_to_end(dataset, draws, device: str = "cpu", batch_size: int = 8) -> dict:
+    """Run ``draws`` through DaliLoader (``device``) and the fallback with a uint8 spec; compare pixels."""
+    import dataclasses
+
+    import torch
+
+    from dali_backend import DaliLoader
+    from fallback import FallbackLoader, ImageDataset
+
+    spec = dataclasses.replace(dataset.spec, dtype="uint8")
+    ds = ImageDataset(dataset.index, spec, seed=dataset.seed)
+    dali = DaliLoader(ds, batch_size=batch_size, sampler=draws, device="cuda" if device == "gpu" else "cpu",
+                      backend="dali", num_workers=2)
+    try:
+        got = [(x.cpu(), y.cpu()) for x, y in dali]
+    finally:
+        dali.close()
+    ref = list(FallbackLoader(ds, batch_size=batch_size, sampler=draws))
+    labels_equal = all(torch.equal(a[1], b[1]) for a, b in zip(got, ref)) and len(got) == len(ref)
+    stats = diff_stats([x.numpy() for x, _ in got], [x.numpy() for x, _ in ref])
+    stats["labels_equal"] = labels_equal
+    return stats
+
+
+def params_for(spec: AugmentSpec, seed: int, epoch: int, positions: Sequence[int]) -> list[AugParams]:
+    from dali_backend.augment import draw_params
+
+    return [draw_params(spec, seed, epoch, p) for p in positions]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.equivalence [--device cpu|gpu] [--json PATH]``: print the agreement table."""
+    import argparse
+    import json
+    import tempfile
+    import warnings
+
+    from dali_backend import SampleIndex, WeightedSampler
+    from dali_backend.synthetic import generate_defect_dataset
+    from fallback import ImageDataset
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
+    p.add_argument("--images", type=int, default=48)
+    p.add_argument("--size", default="1024x768")
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    warnings.filterwarnings("ignore", module="nvidia")
+    rows = {f"op:{k}": v for k, v in compare_operations(args.device).items()}
+    w, h = (int(v) for v in args.size.split("x"))
+    with tempfile.TemporaryDirectory() as tmp:
+        root = generate_defect_dataset(tmp, n=args.images, size=(w, h), seed=5, progress=False)
+        index = SampleIndex.from_folder(root, progress=False)
+        for color in ("gray", "rgb"):
+            ds = ImageDataset(index, AugmentSpec(color=color), seed=3)
+            rows[f"end-to-end:{color}"] = compare_end_to_end(ds, WeightedSampler(index, seed=1), device=args.device)
+    print(f"{'comparison (DALI ' + args.device + ' vs fallback)':40s} {'mean':>9s} {'p99.9':>6s} {'max':>4s} {'pixels':>10s}")
+    for name, s in rows.items():
+        print(f"{name:40s} {s['mean']:9.5f} {s['p999']:6.2f} {s['max']:4d} {s['pixels']:10d}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

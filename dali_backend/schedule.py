@@ -1,0 +1,138 @@
+"""The draw schedule shared between the loader (main process) and DALI's Python workers.
+
+DALI pipelines cannot be reset mid-epoch and their parallel ``external_source`` workers are forked
+once, so the loader never lets DALI see an epoch end. DALI runs one endless stream of sample slots
+(``sample_info.idx_in_epoch`` = slot number); the loader writes which draw fills each slot into a
+ring buffer in shared memory, a few batches ahead of consumption. Each slot row is
+``(slot, sample index, epoch, position, kind)``; ``kind`` marks real draws and padding (slots that
+fill the last partial batch of an epoch, or speculative slots the loader later discards). Workers
+wait for their slot to be written, so they can never read a stale plan, and every output carries its
+slot row back so the loader verifies each sample is the draw it planned (no silent mislabeling).
+"""
+
+from __future__ import annotations
+
+import time
+from multiprocessing import resource_tracker, shared_memory
+
+import numpy as np
+
+from .augment import AugmentSpec, draw_params
+from .errors import BadImageError
+from .jpeg import EOI, SOI
+
+KIND_DRAW, KIND_PAD = 0, 1
+ROW = 5  # slot, index, epoch, position, kind
+WAIT_TIMEOUT_S = 600.0
+
+# A valid 8x8 gray JPEG: what padding slots decode (cheap, never a real sample).
+PAD_JPEG = bytes.fromhex(
+    "ffd8ffe000104a46494600010100000100010000ffdb004300100b0c0e0c0a100e0d0e1211101318281a181616183123251d283a333d3c393338"
+    "3740485c4e404457453738506d51575f626768673e4d71797064785c656763ffc0000b080008000801011100ffc4001f00000105010101010101"
+    "00000000000000000102030405060708090a0bffc400b5100002010303020403050504040000017d010203000411051221314106135161072271"
+    "14328191a1082342b1c11552d1f02433627282090a161718191a25262728292a3435363738393a434445464748494a535455565758595a636465"
+    "666768696a737475767778797a838485868788898a92939495969798999aa2a3a4a5a6a7a8a9aab2b3b4b5b6b7b8b9bac2c3c4c5c6c7c8c9cad2"
+    "d3d4d5d6d7d8d9dae1e2e3e4e5e6e7e8e9eaf1f2f3f4f5f6f7f8f9faffda0008010100003f002bffd9")
+
+
+class SlotRing:
+    """A ring of schedule rows in POSIX shared memory (works with fork and spawn workers)."""
+
+    def __init__(self, capacity: int):
+        self.capacity = int(capacity)
+        self._shm = shared_memory.SharedMemory(create=True, size=self.capacity * ROW * 8)
+        self._owner = True
+        self.rows = np.ndarray((self.capacity, ROW), dtype=np.int64, buffer=self._shm.buf)
+        self.rows[:, 0] = -1
+
+    def __getstate__(self):
+        return {"capacity": self.capacity, "name": self._shm.name}
+
+    def __setstate__(self, state):
+        self.capacity = state["capacity"]
+        self._shm = shared_memory.SharedMemory(name=state["name"])
+        try:  # attached, not owned: the creator unlinks it (Python < 3.13 would track it here too)
+            resource_tracker.unregister(self._shm._name, "shared_memory")  # type: ignore[attr-defined]
+        except Exception:
+            pass
+        self._owner = False
+        self.rows = np.ndarray((self.capacity, ROW), dtype=np.int64, buffer=self._shm.buf)
+
+    def write(self, slot: int, index: int, epoch: int, position: int, kind: int) -> None:
+        r = self.rows[slot % self.capacity]
+        r[1:] = (index, epoch, position, kind)
+        r[0] = slot  # written last: a worker that sees the slot number sees the whole row
+
+    def read(self, slot: int, timeout: float = WAIT_TIMEOUT_S) -> np.ndarray:
+        r = self.rows[slot % self.capacity]
+        deadline = None
+        delay = 0.0002
+        while r[0] != slot:
+            if r[0] > slot:
+                raise RuntimeError(f"schedule slot {slot} was overwritten before it was read (ring too small)")
+            now = time.monotonic()
+            deadline = deadline or now + timeout
+            if now > deadline:
+                raise TimeoutError(f"no draw scheduled for slot {slot} after {timeout:.0f} s")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.01)
+        return r.copy()
+
+    def close(self) -> None:
+        self.rows = None  # type: ignore[assignment]
+        try:
+            self._shm.close()
+            if self._owner:
+                self._shm.unlink()
+        except (FileNotFoundError, BufferError):
+            pass
+
+
+class DrawSource:
+    """The parallel external source's per-sample callback: a pure function of the slot's draw.
+
+    Returns the encoded bytes, the label, the slot row, and the draw's augmentation parameters that
+    the spec uses (angle when it rotates; brightness and contrast when it jitters). Before
+    bytes reach DALI's decoder (which cannot skip a bad sample, FACTS.md), cheap checks run: the file
+    size equals the indexed size, it starts with SOI and an EOI marker follows.
+    """
+
+    def __init__(self, root: str, path_data: np.ndarray, path_offsets: np.ndarray, labels: np.ndarray,
+                 sizes: np.ndarray, spec: AugmentSpec, seed: int, ring: SlotRing):
+        self.root, self.path_data, self.path_offsets = root, path_data, path_offsets
+        self.labels, self.sizes, self.spec, self.seed, self.ring = labels, sizes, spec, seed, ring
+
+    def path(self, i: int) -> str:
+        rel = self.path_data[self.path_offsets[i]:self.path_offsets[i + 1]].tobytes().decode("utf-8", "surrogateescape")
+        return f"{self.root}/{rel}"
+
+    def read_checked(self, i: int, epoch: int) -> np.ndarray:
+        path = self.path(i)
+        label = int(self.labels[i])
+        try:
+            data = np.fromfile(path, dtype=np.uint8)
+        except OSError as e:
+            raise BadImageError(path, i, label, epoch, f"unreadable ({e.strerror or e})") from e
+        if data.size != self.sizes[i]:
+            raise BadImageError(path, i, label, epoch, f"file changed since indexing (size {self.sizes[i]} -> {data.size} bytes)")
+        if data[:2].tobytes() != SOI:
+            raise BadImageError(path, i, label, epoch, "no JPEG signature")
+        if data[-2:].tobytes() != EOI and data.tobytes().find(EOI) < 0:
+            raise BadImageError(path, i, label, epoch, "truncated (no end-of-image marker)")
+        return data
+
+    def __call__(self, sample_info):
+        row = self.ring.read(sample_info.idx_in_epoch)
+        _, index, epoch, position, kind = (int(v) for v in row)
+        if kind == KIND_PAD:
+            data = np.frombuffer(PAD_JPEG, dtype=np.uint8)
+            label, p = -1, draw_params(self.spec.eval(), 0, 0, 0)
+        else:
+            data = self.read_checked(index, epoch)
+            label, p = int(self.labels[index]), draw_params(self.spec, self.seed, epoch, position)
+        out = [data, np.array(label, dtype=np.int64), row]
+        if self.spec.rotates:
+            out.append(np.array(p.angle, dtype=np.float32))
+        if self.spec.jitters:
+            out += [np.array(p.brightness, dtype=np.float32), np.array(p.contrast, dtype=np.float32)]
+        return tuple(out)

@@ -1,0 +1,224 @@
+"""DaliLoader: backend choice, epochs, equivalence with the fallback, DataLoader compatibility."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from bench.equivalence import compare_end_to_end, compare_operations
+from conftest import cuda_available
+from dali_backend import (AugmentSpec, BadImageError, ConfigError, DaliLoader, MissingDependencyError, SampleIndex,
+                          WeightedSampler)
+from fallback import FallbackLoader, ImageDataset
+
+needs_cuda = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
+BACKENDS = ["dali-cpu", "torch", pytest.param("dali-gpu", marks=[pytest.mark.cuda, needs_cuda])]
+GOAL_MEAN, GOAL_P999 = 0.05, 2.0  # uint8 levels, the issue's equivalence goal in gray mode
+
+
+def make_loader(kind: str, ds, **kw) -> DaliLoader:
+    device, backend = {"dali-cpu": ("cpu", "dali"), "torch": ("cpu", "torch"), "dali-gpu": ("cuda", "dali")}[kind]
+    loader = DaliLoader(ds, device=device, backend=backend, **kw)
+    assert loader.backend == kind
+    return loader
+
+
+@pytest.fixture(scope="module")
+def ds(defect_index):
+    return ImageDataset(defect_index, AugmentSpec(size=(48, 64)), seed=11)
+
+
+# ----------------------------------------------------------------------------------- backend choice
+def test_auto_without_cuda_falls_back_with_one_log_line(ds, caplog, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with caplog.at_level(logging.INFO, logger="dali_backend"):
+        loader = DaliLoader(ds, batch_size=4)
+    assert loader.backend == "torch"
+    lines = [r.getMessage() for r in caplog.records if "DaliLoader" in r.getMessage()]
+    assert lines == ["DaliLoader: backend torch (CUDA is not available)"]
+    assert DaliLoader(ds, backend="dali").backend == "dali-cpu"
+
+
+def test_explicit_choices_and_errors(ds, monkeypatch):
+    assert DaliLoader(ds, device="cpu").backend == "torch"
+    assert DaliLoader(ds, backend="torch").backend == "torch"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="device='cuda' but CUDA is not available"):
+        DaliLoader(ds, device="cuda")
+    with pytest.raises(ConfigError, match="backend='tf'"):
+        DaliLoader(ds, backend="tf")
+    with pytest.raises(ConfigError, match="device='tpu'"):
+        DaliLoader(ds, device="tpu")
+    with pytest.raises(ConfigError, match="mutually exclusive"):
+        DaliLoader(ds, shuffle=True, sampler=WeightedSampler(ds.index))
+    with pytest.raises(ConfigError, match="must be a fallback.ImageDataset"):
+        DaliLoader([1, 2, 3])
+
+
+def test_missing_dali_raises_with_install_command(ds, monkeypatch):
+    for name in [m for m in sys.modules if m.startswith("nvidia.dali")] + ["nvidia.dali"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(MissingDependencyError, match="pip install nvidia-dali-cuda120"):
+        DaliLoader(ds, device="cpu", backend="dali")
+    assert DaliLoader(ds).backend == "torch"  # auto still works, on the fallback
+
+
+# ----------------------------------------------------------------------------------- epochs
+@pytest.mark.parametrize("kind", BACKENDS)
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_epochs_lengths_and_order(ds, kind, drop_last):
+    sampler = WeightedSampler(ds.index, num_samples=37, seed=5)
+    loader = make_loader(kind, ds, batch_size=8, sampler=sampler, drop_last=drop_last, num_workers=2)
+    assert len(loader) == (4 if drop_last else 5)
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        batches = list(loader)
+        assert len(batches) == len(loader)
+        sizes = [len(y) for _, y in batches]
+        assert sizes == ([8] * 4 if drop_last else [8, 8, 8, 8, 5])
+        x, _ = batches[0]
+        assert x.shape == (8, 3, 48, 64) and x.dtype == torch.float32
+        labels = torch.cat([y for _, y in batches])
+        assert labels.dtype == torch.int64
+        want = ds.index.labels[[d.index for d in sampler.draws(epoch)]][: sum(sizes)]
+        assert labels.cpu().tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_break_mid_epoch_then_continue_exactly(ds, kind):
+    sampler = WeightedSampler(ds.index, num_samples=60, seed=2)
+    loader = make_loader(kind, ds, batch_size=4, sampler=sampler)
+    ref = FallbackLoader(ds, batch_size=4, sampler=WeightedSampler(ds.index, num_samples=60, seed=2))
+    for epoch in (0, 1, 1, 7):  # also: the same epoch twice, and a jump
+        loader.set_epoch(epoch)
+        for i, _ in enumerate(loader):
+            if i == 2:
+                break
+        loader.set_epoch(epoch)
+        ref.set_epoch(epoch)
+        got, want = list(loader), list(ref)
+        assert len(got) == len(want) == 15
+        for (xa, ya), (xb, yb) in zip(got, want):
+            assert torch.equal(ya.cpu(), yb)
+            assert (xa.cpu() - xb).abs().max() < 0.1  # at most a couple of levels after normalising
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_sampler_set_epoch_is_respected_and_plain_samplers_work(ds, kind):
+    sampler = WeightedSampler(ds.index, num_samples=16, seed=3)
+    loader = make_loader(kind, ds, batch_size=16, sampler=sampler)
+    sampler.set_epoch(4)  # set on the sampler directly, not through the loader
+    (_, y), = list(loader)
+    assert y.cpu().tolist() == ds.index.labels[[d.index for d in sampler.draws(4)]].tolist()
+    plain = make_loader(kind, ds, batch_size=5, sampler=[3, 1, 4, 1, 5, 9, 2, 6])
+    ys = torch.cat([y for _, y in plain]).cpu().tolist()
+    assert ys == ds.index.labels[[3, 1, 4, 1, 5, 9, 2, 6]].tolist()
+    seq = make_loader(kind, ds, batch_size=7)
+    assert torch.cat([y for _, y in seq]).cpu().tolist() == ds.index.labels.tolist()
+
+
+def test_dataloader_attributes(ds):
+    loader = DaliLoader(ds, batch_size=6, num_workers=1, drop_last=True, device="cpu", backend="dali")
+    for name in ("dataset", "sampler", "batch_size", "num_workers", "drop_last", "pin_memory", "batch_sampler",
+                 "collate_fn", "timeout", "persistent_workers", "prefetch_factor"):
+        assert hasattr(loader, name), name
+    assert loader.dataset is ds and loader.batch_size == 6 and len(loader.sampler) == len(ds)
+    loader.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        iter(loader)
+
+
+@pytest.mark.parametrize("kind", ["dali-cpu", pytest.param("dali-gpu", marks=[pytest.mark.cuda, needs_cuda])])
+def test_changed_file_raises_naming_it(tmp_path, kind):
+    from conftest import jpeg_bytes, write
+
+    for i in range(6):
+        write(tmp_path / "a" / f"{i}.jpg", jpeg_bytes(seed=i))
+    index = SampleIndex.from_folder(tmp_path, progress=False)
+    (tmp_path / "a" / "3.jpg").write_bytes(jpeg_bytes(seed=3)[:200])  # truncated after indexing
+    loader = make_loader(kind, ImageDataset(index, AugmentSpec(size=16)), batch_size=2)
+    with pytest.raises(BadImageError, match=r"a/3\.jpg.*file changed since indexing"):
+        list(loader)
+
+
+# ----------------------------------------------------------------------------------- equivalence
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=[pytest.mark.cuda, needs_cuda])])
+def test_each_operation_agrees(device):
+    results = compare_operations(device)
+    for op, s in results.items():
+        assert s["mean"] <= GOAL_MEAN and s["p999"] <= GOAL_P999, (op, s)
+    if device == "cpu":  # measured exact on the CPU: keep it so
+        assert results["decode"]["max"] == results["clahe"]["max"] == results["jitter"]["max"] == 0
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=[pytest.mark.cuda, needs_cuda])])
+@pytest.mark.parametrize("size", [(256, 256), (31, 17)])
+def test_end_to_end_gray_agrees_on_odd_inputs(odd_root, device, size):
+    index = SampleIndex.from_folder(odd_root, progress=False)
+    assert len(index) == 8 and not index.rejected
+    ds = ImageDataset(index, AugmentSpec(size=size, rotate_deg=10, brightness=0.2, contrast=0.2), seed=1)
+    stats = compare_end_to_end(ds, WeightedSampler(index, num_samples=24, seed=0), device=device)
+    assert stats["labels_equal"]
+    assert stats["mean"] <= GOAL_MEAN and stats["p999"] <= GOAL_P999, stats
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=[pytest.mark.cuda, needs_cuda])])
+def test_end_to_end_rgb_agrees(odd_root, device):
+    index = SampleIndex.from_folder(odd_root, progress=False)
+    ds = ImageDataset(index, AugmentSpec(size=64, color="rgb"), seed=1)
+    stats = compare_end_to_end(ds, WeightedSampler(index, num_samples=16, seed=0), device=device)
+    assert stats["labels_equal"]
+    assert stats["mean"] <= GOAL_MEAN and stats["p999"] <= GOAL_P999, stats
+
+
+def test_uint8_and_eval_specs(defect_index):
+    spec = AugmentSpec(size=32, dtype="uint8").eval()
+    ds = ImageDataset(defect_index, spec)
+    x, _ = next(iter(DaliLoader(ds, batch_size=4, device="cpu", backend="dali")))
+    assert x.dtype == torch.uint8 and x.shape == (4, 3, 32, 32)
+    ref, _ = next(iter(FallbackLoader(ds, batch_size=4)))
+    assert (x.int() - ref.int()).abs().max() <= 1
+
+
+# ----------------------------------------------------------------------------------- drop-in proof
+class TinyNet(torch.nn.Module):
+    def __init__(self, classes: int):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, stride=2)
+        self.head = torch.nn.Linear(8, classes)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.conv(x)).mean(dim=(2, 3)))
+
+
+def train(loader, classes: int, epochs: int = 2) -> list[float]:
+    """A training loop written for torch.utils.data.DataLoader, unchanged."""
+    torch.manual_seed(0)
+    model = TinyNet(classes)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for epoch in range(epochs):
+        if hasattr(loader.sampler, "set_epoch"):
+            loader.sampler.set_epoch(epoch)
+        for images, labels in loader:
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return losses
+
+
+def test_training_loop_runs_unchanged_with_daliloader_swapped_in(ds):
+    classes = len(ds.index.classes)
+    with_dataloader = train(DataLoader(ds, batch_size=8, sampler=WeightedSampler(ds.index, num_samples=32, seed=1)), classes)
+    with_dali = train(DaliLoader(ds, batch_size=8, sampler=WeightedSampler(ds.index, num_samples=32, seed=1),
+                                 device="cpu", backend="dali"), classes)
+    assert len(with_dali) == len(with_dataloader) == 8 and all(np.isfinite(with_dali))
+    np.testing.assert_allclose(with_dali, with_dataloader, rtol=1e-3, atol=1e-4)  # same samples, same pixels
