@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .errors import BadImageError, ConfigError
+from .memory import release_free_memory
 from .sampler import Draw, WeightedSampler
 from .schedule import KIND_DRAW, KIND_PAD, DrawSource, SlotRing
 from .tensors import normalize
@@ -141,8 +142,11 @@ class _DaliRunner:
             # fork is fastest, but not after CUDA was initialised in this process.
             py_start_method = "spawn" if (gpu and torch.cuda.is_initialized()) else "fork"
         threads = num_workers if num_workers > 0 else (os.cpu_count() or 1)
+        # Python workers only read files (checked bytes); DALI's threads decode. One reader kept up
+        # with 2 decoding threads (bench: 79.9 img/s with 1 reader, 78.6 with 2, +115 MB each).
+        readers = min(8, max(1, threads // 4))
         self.pipe = build_pipeline(dataset.spec, source, batch_size, device="gpu" if gpu else "cpu", device_id=device_id,
-                                   num_threads=threads, py_num_workers=max(1, num_workers),
+                                   num_threads=threads, py_num_workers=readers,
                                    py_start_method=py_start_method, prefetch_queue_depth=prefetch_queue_depth,
                                    hw_decoder_load=hw_decoder_load, seed=dataset.seed)
         self.pipe.build()
@@ -225,6 +229,7 @@ class _DaliRunner:
         spec = self.dataset.spec
         labels_all = self.dataset.index.labels
         for _ in range(n_batches):
+            release_free_memory()  # the previous batch is gone by now: keep RSS flat
             self._fill()
             _, _, expected = self._queue.popleft()
             out = self._run_one(expected)
@@ -262,7 +267,7 @@ class DaliLoader:
         batch_size: samples per batch.
         shuffle: shuffle each epoch when no ``sampler`` is given (every sample once).
         sampler: a :class:`WeightedSampler` (recommended) or any sampler of indices.
-        num_workers: DALI CPU threads and Python reader workers (0: one thread per core, one reader),
+        num_workers: DALI threads (0: one per core; Python file readers: a quarter of that, 1 to 8),
             or the fallback's DataLoader workers.
         drop_last: drop the last partial batch of each epoch.
         pin_memory: pin batches (fallback only; DALI GPU batches are already on the device).

@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from dali_backend.errors import ConfigError
+from dali_backend.memory import release_free_memory
 from dali_backend.sampler import Draw, WeightedSampler
 
 from . import ops
@@ -31,7 +32,11 @@ class _Uint8View(Dataset):
         return len(self.dataset)
 
     def __getitem__(self, item):
-        return self.dataset.load_uint8(item)
+        out = self.dataset.load_uint8(item)
+        self._served = getattr(self, "_served", 0) + 1
+        if self._served % 16 == 0:
+            release_free_memory()  # keep worker RSS flat (full-resolution temporaries)
+        return out
 
 
 def _collate_uint8(samples: list[tuple[np.ndarray, int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,6 +116,7 @@ class FallbackLoader:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         spec = self.dataset.spec
         for images, labels in self._loader:
+            release_free_memory()  # the previous batch is gone by now: keep RSS flat
             yield ops.normalize(images, spec), labels
 
     def __repr__(self) -> str:

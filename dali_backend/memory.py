@@ -1,0 +1,30 @@
+"""Give freed heap memory back to the system (glibc), so that a loader's RSS stays flat.
+
+Batches of a few tens of MB are allocated and freed every step. glibc raises its mmap threshold
+after the first such free, so later batches come from the heap, which fragments and grows by about
+one epoch's worth of batches per epoch (measured: +176 MB per 256-image epoch at 256x256 float32).
+``malloc_trim(0)`` after each batch returns the free pages (about 5 ms per 32-image batch here);
+forcing a fixed mmap threshold instead kept RSS flat but cost 20-30% throughput (page faults).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+
+_trim = None
+if sys.platform.startswith("linux"):
+    try:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        _trim = _libc.malloc_trim
+        _trim.argtypes = [ctypes.c_size_t]
+        _trim.restype = ctypes.c_int
+    except (OSError, AttributeError):  # musl or another libc without malloc_trim
+        _trim = None
+
+
+def release_free_memory() -> None:
+    """Return free heap pages to the OS where the C library supports it; otherwise do nothing."""
+    if _trim is not None:
+        _trim(0)
