@@ -264,9 +264,16 @@ class SampleIndex:
                     cand.ignored["not .jpg/.jpeg"] += 1
         for label, name in enumerate(classes):
             folder = base / name
-            if folder.is_dir():
-                visited.add(os.path.realpath(folder))
-                _walk_jpegs(str(folder), str(root_path), root_real, allow_outside_symlinks, cand, label, visited)
+            if not folder.is_dir():
+                continue
+            real = os.path.realpath(folder)
+            if not allow_outside_symlinks and not _is_inside(real, root_real):
+                cand.rejected.append(Rejected(_norm_rel(os.path.relpath(folder, root_path)),
+                                              f"class folder is a symlink leaving the data root (-> {real}); "
+                                              "pass allow_outside_symlinks=True to follow it"))
+                continue
+            visited.add(real)
+            _walk_jpegs(str(folder), str(root_path), root_real, allow_outside_symlinks, cand, label, visited)
         return cls._validated(root_path, cand, classes, verify, max_pixels, workers, progress)
 
     @classmethod

@@ -134,6 +134,9 @@ def test_symlink_leaving_root_is_refused(tmp_path):
     assert all("leaves the data root" in r.reason for r in index.rejected)
     followed = SampleIndex.from_folder(root, allow_outside_symlinks=True, progress=False)
     assert len(followed) == 4
+    os.symlink(tmp_path / "elsewhere", root / "b")  # a whole class folder pointing outside
+    index = SampleIndex.from_folder(root, progress=False)
+    assert "b" in {r.path for r in index.rejected} and index.classes == ("a", "b") and len(index) == 2
 
 
 def test_split_layout_shares_class_ids(tmp_path):
