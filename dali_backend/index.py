@@ -114,6 +114,17 @@ def _subdirs(path: str) -> list[str]:
     return sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
 
 
+def _resolve_classes(found: Sequence[str], classes: Sequence[str] | None, error) -> list[str]:
+    """``classes`` as given (every found name must be in it), or the sorted found names."""
+    if classes is None:
+        return list(found)
+    classes = list(classes)
+    unknown = sorted(set(found) - set(classes))
+    if unknown:
+        raise error(unknown, classes)
+    return classes
+
+
 def _stat_sig(path: str) -> tuple[int, int]:
     st = os.stat(path)
     return st.st_size, st.st_mtime_ns
@@ -241,14 +252,9 @@ class SampleIndex:
             base = root_path / split
         else:
             found = _subdirs(str(root_path))
-        if classes is None:
-            classes = found
-        else:
-            classes = list(classes)
-            unknown = sorted(set(found) - set(classes))
-            if unknown:
-                raise IndexBuildError(f"class folders {unknown} under {str(base)!r} are not in classes={classes}; "
-                                      "add them to classes= or move them out of the root")
+        classes = _resolve_classes(found, classes, lambda unknown, cl: IndexBuildError(
+            f"class folders {unknown} under {str(base)!r} are not in classes={cl}; add them to classes= or move them "
+            "out of the root"))
         if not classes:
             raise IndexBuildError(f"no class folders under {str(base)!r}; expected {str(base)}/<class>/*.jpg")
         cand = _Candidates([], [], [], Counter())
@@ -347,13 +353,8 @@ class SampleIndex:
             raise ManifestError(f"{mpath}: {len(outside)} entries resolve outside the root {root_real!r} ({shown}). "
                                 "Remove them or pass root= a folder that contains them")
         labels_found = sorted({lab for _, lab in entries})
-        if classes is None:
-            classes = labels_found
-        else:
-            classes = list(classes)
-            unknown = sorted(set(labels_found) - set(classes))
-            if unknown:
-                raise ManifestError(f"{mpath}: labels {unknown} are not in classes={classes}; add them or fix the manifest")
+        classes = _resolve_classes(labels_found, classes, lambda unknown, cl: ManifestError(
+            f"{mpath}: labels {unknown} are not in classes={cl}; add them or fix the manifest"))
         class_id = {c: i for i, c in enumerate(classes)}
         for rel, lab in entries:
             cand.paths.append(rel)

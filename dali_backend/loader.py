@@ -21,6 +21,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from .epochs import EpochLoaderMixin
 from .errors import BadImageError, ConfigError
 from .memory import release_free_memory
 from .sampler import Draw, WeightedSampler
@@ -259,7 +260,7 @@ class _DaliRunner:
             pass
 
 
-class DaliLoader:
+class DaliLoader(EpochLoaderMixin):
     """Drop-in for ``DataLoader`` over a :class:`fallback.ImageDataset`, on DALI when it can.
 
     Args:
@@ -329,19 +330,9 @@ class DaliLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch (forwarded to the sampler's and the dataset's ``set_epoch``)."""
-        if not isinstance(epoch, (int, np.integer)) or epoch < 0:
-            raise ConfigError(f"set_epoch({epoch!r}): epoch must be a non-negative integer")
-        self.epoch = int(epoch)
+        super().set_epoch(epoch)
         if self._impl is not None:
-            self._impl.set_epoch(self.epoch)
-            return
-        if hasattr(self.sampler, "set_epoch"):
-            self.sampler.set_epoch(self.epoch)
-        self.dataset.set_epoch(self.epoch)
-
-    def __len__(self) -> int:
-        n = len(self.sampler)
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+            self._impl.epoch = self.epoch
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self._impl is not None:

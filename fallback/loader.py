@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from dali_backend.epochs import EpochLoaderMixin
 from dali_backend.errors import ConfigError
 from dali_backend.memory import release_free_memory
 from dali_backend.sampler import Draw, WeightedSampler
@@ -65,7 +66,7 @@ def default_sampler(dataset: ImageDataset, shuffle: bool, seed: int) -> Weighted
     return WeightedSampler(dataset.index, seed=seed, mode="uniform" if shuffle else "sequential", replacement=False)
 
 
-class FallbackLoader:
+class FallbackLoader(EpochLoaderMixin):
     """DataLoader-compatible iterable yielding ``(images [B, 3, H, W], labels [B] int64)`` on the CPU.
 
     Args mirror ``torch.utils.data.DataLoader``; ``sampler`` defaults to every sample once (shuffled
@@ -99,19 +100,6 @@ class FallbackLoader:
             persistent_workers=persistent_workers and num_workers > 0,
             multiprocessing_context=multiprocessing_context if num_workers > 0 else None,
         )
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (forwarded to the sampler and the dataset)."""
-        if not isinstance(epoch, (int, np.integer)) or epoch < 0:
-            raise ConfigError(f"set_epoch({epoch!r}): epoch must be a non-negative integer")
-        self.epoch = int(epoch)
-        if hasattr(self.sampler, "set_epoch"):
-            self.sampler.set_epoch(self.epoch)
-        self.dataset.set_epoch(self.epoch)
-
-    def __len__(self) -> int:
-        n = len(self.sampler)
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         spec = self.dataset.spec
