@@ -1,17 +1,53 @@
-"""What every loader of this library shares: epoch selection and batches per epoch."""
+"""What every loader of this library shares: epochs, accounting, and exact resumption.
+
+Accounting: for each epoch ``yielded + padded + dropped + skipped + resumed == draws``, where
+``draws`` is what the sampler gives this rank (padding included), ``padded`` the distributed padding
+draws that were yielded, ``dropped`` those cut by ``drop_last``, ``skipped`` bad files replaced under
+``on_error="skip"``, and ``resumed`` draws delivered before a ``load_state_dict`` resumption.
+
+Resumption follows torchdata's ``StatefulDataLoader`` convention: ``state_dict()`` records the epoch
+and the batches yielded so far; after ``load_state_dict(sd)`` the next iteration of that epoch yields
+exactly the remaining batches (any ``num_workers``, either backend). ``set_epoch`` with the same
+epoch keeps the pending resumption, another epoch cancels it.
+"""
 
 from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from .errors import ConfigError
 
+log = logging.getLogger("dali_backend")
+STATE_VERSION = 1
+
+
+@dataclass
+class EpochStats:
+    epoch: int
+    draws: int
+    yielded: int = 0
+    padded: int = 0
+    dropped: int = 0
+    skipped: int = 0
+    resumed: int = 0
+    skipped_files: list = field(default_factory=list)  # (bad path, replacement path)
+
+    @property
+    def accounted(self) -> int:
+        return self.yielded + self.padded + self.dropped + self.skipped + self.resumed
+
 
 class EpochLoaderMixin:
-    """``set_epoch`` forwarded to the sampler and the dataset (as with ``DistributedSampler``) and
-    ``len()`` in batches. Needs ``sampler``, ``dataset``, ``batch_size`` and ``drop_last``."""
+    """``set_epoch``, ``len()``, ``stats()``, ``state_dict()`` and ``load_state_dict()`` for a loader
+    with ``sampler``, ``dataset``, ``batch_size`` and ``drop_last``."""
 
     epoch: int = 0
+    _resume: tuple[int, int] | None = None  # (epoch, batches already yielded)
+    _batches_done: int = 0
+    _stats: EpochStats | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch (forwarded to the sampler's and the dataset's ``set_epoch``)."""
@@ -21,7 +57,77 @@ class EpochLoaderMixin:
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(self.epoch)
         self.dataset.set_epoch(self.epoch)
+        if self._resume is not None and self._resume[0] != self.epoch:
+            self._resume = None
 
     def __len__(self) -> int:
         n = len(self.sampler)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    # ------------------------------------------------------------------ epochs and accounting
+    def _sampler_epoch(self) -> int:
+        return int(getattr(self.sampler, "epoch", self.epoch))
+
+    def _begin_epoch(self) -> int:
+        """Start accounting an epoch; returns the first batch to produce (non-zero when resuming)."""
+        epoch = self._sampler_epoch()
+        start = 0
+        if self._resume is not None and self._resume[0] == epoch:
+            start = self._resume[1]
+        self._resume = None
+        draws = len(self.sampler)
+        used = len(self) * self.batch_size if self.drop_last else draws
+        self._stats = EpochStats(epoch, draws, dropped=draws - used, resumed=min(start * self.batch_size, used))
+        self._batches_done = start
+        return start
+
+    def _account(self, planned: np.ndarray, served: np.ndarray, positions: np.ndarray) -> None:
+        """Count one yielded batch: planned and served sample indices and draw positions."""
+        st = self._stats
+        num_samples = getattr(self.sampler, "num_samples", None)
+        skipped = served != planned
+        padded = (positions >= num_samples) & ~skipped if num_samples is not None else np.zeros_like(skipped)
+        st.skipped += int(skipped.sum())
+        st.padded += int(padded.sum())
+        st.yielded += int(len(planned) - skipped.sum() - padded.sum())
+        index = self.dataset.index
+        for p, s in zip(planned[skipped], served[skipped]):
+            st.skipped_files.append((index.abspath(int(p)), index.abspath(int(s))))
+        self._batches_done += 1
+
+    def _end_epoch(self) -> None:
+        st = self._stats
+        if st is not None and st.skipped:
+            shown = "; ".join(f"{a} -> {b}" for a, b in st.skipped_files[:5])
+            log.warning("epoch %d: %d bad files skipped and replaced by samples of their class (%s%s)", st.epoch,
+                        st.skipped, shown, "; ..." if st.skipped > 5 else "")
+
+    def stats(self) -> dict:
+        """Accounting of the current (or last) epoch; see the module docstring."""
+        if self._stats is None:
+            return {}
+        d = asdict(self._stats)
+        d["accounted"] = self._stats.accounted
+        return d
+
+    # ------------------------------------------------------------------ resumption
+    def state_dict(self) -> dict:
+        """Where this loader stands: the epoch and the batches of it already yielded."""
+        return {"version": STATE_VERSION, "epoch": self._sampler_epoch(), "batches_done": self._batches_done,
+                "batches_per_epoch": len(self), "batch_size": self.batch_size,
+                "index_fingerprint": self.dataset.index.fingerprint}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume: the next iteration of ``state["epoch"]`` yields only the batches not yet yielded."""
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ConfigError(f"load_state_dict: not a state of this loader (version {state.get('version') if isinstance(state, dict) else None!r})")
+        if state["index_fingerprint"] != self.dataset.index.fingerprint:
+            raise ConfigError("load_state_dict: the state was saved with another sample index (fingerprints differ); "
+                              "resume with the same index file")
+        if state["batch_size"] != self.batch_size or state["batches_per_epoch"] != len(self):
+            raise ConfigError(f"load_state_dict: saved with batch_size={state['batch_size']} and "
+                              f"{state['batches_per_epoch']} batches per epoch; this loader has {self.batch_size} and "
+                              f"{len(self)}. Use the same batch_size, sampler and drop_last")
+        self.set_epoch(int(state["epoch"]))
+        self._resume = (int(state["epoch"]), int(state["batches_done"]))
+        self._batches_done = int(state["batches_done"])

@@ -25,6 +25,7 @@ from .epochs import EpochLoaderMixin
 from .errors import BadImageError, ConfigError
 from .memory import release_free_memory
 from .sampler import Draw, WeightedSampler
+from .reading import SampleReader, check_on_error
 from .schedule import KIND_DRAW, KIND_PAD, DrawSource, SlotRing
 from .tensors import normalize
 
@@ -114,8 +115,8 @@ def plan_stream(key, rows: np.ndarray, sampler, batch_size: int, drop_last: bool
             yield key, b, batch
         if key is None:
             break
-        sid, epoch = key
-        key, rows = (sid, epoch + 1), _DaliRunner.weighted_rows(sampler, epoch + 1)
+        sid, epoch, _ = key
+        key, rows = (sid, epoch + 1, 0), _DaliRunner.weighted_rows(sampler, epoch + 1)
     pad = np.zeros((batch_size, 4), dtype=np.int64)
     pad[:, 3] = KIND_PAD
     while True:
@@ -126,7 +127,8 @@ class _DaliRunner:
     """Runs the DALI pipeline over an endless slot stream and cuts it into exact epochs."""
 
     def __init__(self, dataset, sampler, batch_size: int, drop_last: bool, backend: str, device_id: int | None,
-                 num_workers: int, prefetch_queue_depth: int, hw_decoder_load: float, py_start_method: str | None):
+                 num_workers: int, prefetch_queue_depth: int, hw_decoder_load: float, py_start_method: str | None,
+                 on_error: str):
         from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
         from .pipeline import build_pipeline
@@ -136,9 +138,7 @@ class _DaliRunner:
         gpu = backend == "dali-gpu"
         self.lookahead = prefetch_queue_depth + 4  # batches written ahead of consumption
         self.ring = SlotRing(capacity=4 * self.lookahead * batch_size)
-        index = dataset.index
-        source = DrawSource(index.root, index.paths.data, index.paths.offsets, index.labels, index.sizes,
-                            dataset.spec, dataset.seed, self.ring)
+        source = DrawSource(SampleReader.for_index(dataset.index, dataset.seed), dataset.spec, on_error, self.ring)
         if py_start_method is None:
             # fork is fastest, but not after CUDA was initialised in this process.
             py_start_method = "spawn" if (gpu and torch.cuda.is_initialized()) else "fork"
@@ -166,7 +166,7 @@ class _DaliRunner:
         """``(key, rows [n, 4])`` of this epoch: (index, epoch, position, kind) per draw of this rank."""
         s = self.sampler
         if isinstance(s, WeightedSampler):
-            return (id(s), s.epoch), self.weighted_rows(s, s.epoch)
+            return (id(s), s.epoch, 0), self.weighted_rows(s, s.epoch)
         rows = []
         for pos, item in enumerate(s):
             if isinstance(item, Draw):
@@ -207,11 +207,11 @@ class _DaliRunner:
             if marker in text:
                 raise BadImageError(text[text.index(marker) + len(marker):].splitlines()[0]) from e
             raise
-        slots = out["slots"].cpu().numpy().reshape(len(expected), -1)
-        if not np.array_equal(slots, expected):
-            raise RuntimeError(f"DALI returned slots {slots[:, 0].tolist()} where {expected[:, 0].tolist()} were planned; "
+        meta = out["slots"].cpu().numpy().reshape(len(expected), -1)
+        if not np.array_equal(meta[:, :5], expected):
+            raise RuntimeError(f"DALI returned slots {meta[:, 0].tolist()} where {expected[:, 0].tolist()} were planned; "
                                "this is a bug in dali_backend, please report it")
-        return out
+        return out, meta[:, 5]
 
     def _restart(self, stream) -> None:
         """Switch to ``stream``: batches already scheduled still run (DALI may be decoding them); drop them."""
@@ -220,29 +220,35 @@ class _DaliRunner:
         for _ in range(stale):
             self._fill()  # DALI blocks on unwritten slots while it prefetches: stay ahead at all times
             _, _, rows = self._queue.popleft()
-            self._run_one(rows)
+            self._run_one(rows)  # noqa: the outputs of stale batches are dropped
 
-    def iterate(self, loader_epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def iterate(self, loader_epoch: int, start_batch: int = 0):
+        """Yield ``(images, labels, planned, served, positions)`` for the epoch's batches from ``start_batch``."""
         key, rows = self.epoch_plan(loader_epoch)
+        if start_batch:
+            rows = rows[start_batch * self.batch_size:]
+            key = None if key is None else (key[0], key[1], start_batch)
         n_batches = len(self.batches_of(rows))
         if key is None or not self._queue or self._queue[0][0] != key or self._queue[0][1] != 0:
-            self._restart(plan_stream(key, rows, self.sampler, self.batch_size, self.drop_last))  # leftovers of a break or a wrong guess
+            # leftovers of a break, a resumption or a wrong guess: run and drop them
+            self._restart(plan_stream(key, rows, self.sampler, self.batch_size, self.drop_last))
         spec = self.dataset.spec
         labels_all = self.dataset.index.labels
         for _ in range(n_batches):
             release_free_memory()  # the previous batch is gone by now: keep RSS flat
             self._fill()
             _, _, expected = self._queue.popleft()
-            out = self._run_one(expected)
+            out, served = self._run_one(expected)
             keep = expected[:, 4] == KIND_DRAW
             images, labels = out["images"], out["labels"].reshape(-1)
-            want = labels_all[expected[keep, 1]]
+            served = served[keep]
+            want = labels_all[served]
             if not np.array_equal(labels[torch.from_numpy(keep).to(labels.device)].cpu().numpy(), want):
                 raise RuntimeError("labels from DALI do not match the index; this is a bug in dali_backend, please report it")
             if not keep.all():
-                mask = torch.from_numpy(keep).to(images.device)
-                images = images[mask]
-            yield normalize(images, spec), torch.from_numpy(want.copy()).to(self.device)
+                images = images[torch.from_numpy(keep).to(images.device)]
+            yield (normalize(images, spec), torch.from_numpy(want.copy()).to(self.device), expected[keep, 1], served,
+                   expected[keep, 3])
 
     def close(self) -> None:
         if os.getpid() != self._pid:
@@ -285,7 +291,7 @@ class DaliLoader(EpochLoaderMixin):
     def __init__(self, dataset, batch_size: int = 1, shuffle: bool = False, sampler=None, num_workers: int = 0,
                  drop_last: bool = False, pin_memory: bool = False, *, device: str = "auto", backend: Backend = "auto",
                  seed: int = 0, prefetch_queue_depth: int = 2, hw_decoder_load: float = 0.65,
-                 py_start_method: str | None = None, timeout: float = 0):
+                 py_start_method: str | None = None, timeout: float = 0, on_error: str | None = None):
         from fallback import FallbackLoader, ImageDataset
         from fallback.loader import default_sampler
 
@@ -308,6 +314,7 @@ class DaliLoader(EpochLoaderMixin):
         self.dataset, self.batch_size, self.num_workers = dataset, int(batch_size), int(num_workers)
         self.drop_last, self.pin_memory, self.timeout, self.epoch = drop_last, pin_memory, timeout, 0
         self.sampler = sampler if sampler is not None else default_sampler(dataset, shuffle, seed)
+        self.on_error = check_on_error(on_error or dataset.on_error)
         # DataLoader attributes that training frameworks read
         self.batch_sampler = None
         self.collate_fn = None
@@ -320,26 +327,52 @@ class DaliLoader(EpochLoaderMixin):
         if self.backend == "torch":
             self._impl = FallbackLoader(dataset, batch_size=self.batch_size, sampler=self.sampler,
                                         num_workers=self.num_workers, drop_last=drop_last, pin_memory=pin_memory,
-                                        timeout=timeout)
+                                        timeout=timeout, on_error=self.on_error)
             self.device = torch.device("cpu")
         else:
             self._runner = _DaliRunner(dataset, self.sampler, self.batch_size, drop_last, self.backend, device_id,
-                                       self.num_workers, prefetch_queue_depth, hw_decoder_load, py_start_method)
+                                       self.num_workers, prefetch_queue_depth, hw_decoder_load, py_start_method,
+                                       self.on_error)
             self._impl = None
             self.device = self._runner.device
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch (forwarded to the sampler's and the dataset's ``set_epoch``)."""
-        super().set_epoch(epoch)
         if self._impl is not None:
-            self._impl.epoch = self.epoch
+            self._impl.set_epoch(epoch)
+            self.epoch = self._impl.epoch
+            return
+        super().set_epoch(epoch)
+
+    def stats(self) -> dict:
+        """This epoch's accounting: ``yielded + padded + dropped + skipped + resumed == draws``."""
+        return self._impl.stats() if self._impl is not None else super().stats()
+
+    def state_dict(self) -> dict:
+        """Epoch and batches yielded so far (torchdata ``StatefulDataLoader`` convention)."""
+        return self._impl.state_dict() if self._impl is not None else super().state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume: the next iteration of the saved epoch yields exactly the batches not yet yielded."""
+        if self._impl is not None:
+            self._impl.load_state_dict(state)
+            self.epoch = self._impl.epoch
+        else:
+            super().load_state_dict(state)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self._impl is not None:
             return iter(self._impl)
         if self._runner is None:
             raise RuntimeError("DaliLoader is closed")
-        return self._runner.iterate(self.epoch)
+        return self._iterate_dali(self._runner)
+
+    def _iterate_dali(self, runner: _DaliRunner):
+        start = self._begin_epoch()
+        for images, labels, planned, served, positions in runner.iterate(self.epoch, start):
+            self._account(planned, served, positions)
+            yield images, labels
+        self._end_epoch()
 
     def close(self) -> None:
         """Stop DALI's workers and free shared memory now (also done once nothing uses them)."""

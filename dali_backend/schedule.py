@@ -7,7 +7,8 @@ ring buffer in shared memory, a few batches ahead of consumption. Each slot row 
 ``(slot, sample index, epoch, position, kind)``; ``kind`` marks real draws and padding (slots that
 fill the last partial batch of an epoch, or speculative slots the loader later discards). Workers
 wait for their slot to be written, so they can never read a stale plan, and every output carries its
-slot row back so the loader verifies each sample is the draw it planned (no silent mislabeling).
+slot row (and the index served) back so the loader verifies each sample is the draw it planned (no
+silent mislabeling).
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from multiprocessing import resource_tracker, shared_memory
 import numpy as np
 
 from .augment import AugmentSpec, draw_params
-from .errors import BadImageError
-from .jpeg import EOI, SOI
+from .reading import OnError, SampleReader
 
 KIND_DRAW, KIND_PAD = 0, 1
 ROW = 5  # slot, index, epoch, position, kind
@@ -91,46 +91,25 @@ class SlotRing:
 class DrawSource:
     """The parallel external source's per-sample callback: a pure function of the slot's draw.
 
-    Returns the encoded bytes, the label, the slot row, and the draw's augmentation parameters that
-    the spec uses (angle when it rotates; brightness and contrast when it jitters). Before
-    bytes reach DALI's decoder (which cannot skip a bad sample, FACTS.md), cheap checks run: the file
-    size equals the indexed size, it starts with SOI and an EOI marker follows.
+    Returns the checked encoded bytes (see :mod:`dali_backend.reading`), the label, the slot row with
+    the index actually served appended (it differs from the planned one when ``on_error="skip"``
+    replaced a bad file), and the draw's augmentation parameters that the spec uses (angle when it
+    rotates; brightness and contrast when it jitters).
     """
 
-    def __init__(self, root: str, path_data: np.ndarray, path_offsets: np.ndarray, labels: np.ndarray,
-                 sizes: np.ndarray, spec: AugmentSpec, seed: int, ring: SlotRing):
-        self.root, self.path_data, self.path_offsets = root, path_data, path_offsets
-        self.labels, self.sizes, self.spec, self.seed, self.ring = labels, sizes, spec, seed, ring
-
-    def path(self, i: int) -> str:
-        rel = self.path_data[self.path_offsets[i]:self.path_offsets[i + 1]].tobytes().decode("utf-8", "surrogateescape")
-        return f"{self.root}/{rel}"
-
-    def read_checked(self, i: int, epoch: int) -> np.ndarray:
-        path = self.path(i)
-        label = int(self.labels[i])
-        try:
-            data = np.fromfile(path, dtype=np.uint8)
-        except OSError as e:
-            raise BadImageError(path, i, label, epoch, f"unreadable ({e.strerror or e})") from e
-        if data.size != self.sizes[i]:
-            raise BadImageError(path, i, label, epoch, f"file changed since indexing (size {self.sizes[i]} -> {data.size} bytes)")
-        if data[:2].tobytes() != SOI:
-            raise BadImageError(path, i, label, epoch, "no JPEG signature")
-        if data[-2:].tobytes() != EOI and data.tobytes().find(EOI) < 0:
-            raise BadImageError(path, i, label, epoch, "truncated (no end-of-image marker)")
-        return data
+    def __init__(self, reader: SampleReader, spec: AugmentSpec, on_error: OnError, ring: SlotRing):
+        self.reader, self.spec, self.on_error, self.ring = reader, spec, on_error, ring
 
     def __call__(self, sample_info):
         row = self.ring.read(sample_info.idx_in_epoch)
         _, index, epoch, position, kind = (int(v) for v in row)
         if kind == KIND_PAD:
-            data = np.frombuffer(PAD_JPEG, dtype=np.uint8)
+            data, served = np.frombuffer(PAD_JPEG, dtype=np.uint8), -1
             label, p = -1, draw_params(self.spec.eval(), 0, 0, 0)
         else:
-            data = self.read_checked(index, epoch)
-            label, p = int(self.labels[index]), draw_params(self.spec, self.seed, epoch, position)
-        out = [data, np.array(label, dtype=np.int64), row]
+            served, data = self.reader.serve(index, epoch, position, self.on_error, lambda j: self.reader.read(j, epoch))
+            label, p = int(self.reader.labels[served]), draw_params(self.spec, self.reader.seed, epoch, position)
+        out = [data, np.array(label, dtype=np.int64), np.append(row, served).astype(np.int64)]
         if self.spec.rotates:
             out.append(np.array(p.angle, dtype=np.float32))
         if self.spec.jitters:

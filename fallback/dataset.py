@@ -20,6 +20,7 @@ from torch.utils.data import Dataset, get_worker_info
 from dali_backend.augment import AugmentSpec, AugParams, draw_params
 from dali_backend.errors import BadImageError, ConfigError
 from dali_backend.index import SampleIndex
+from dali_backend.reading import OnError, SampleReader, check_on_error
 
 from . import ops
 
@@ -52,12 +53,14 @@ class ImageDataset(Dataset):
         index: the samples.
         spec: the augmentation (default ``AugmentSpec()``: gray, CLAHE, 256x256, light jitter).
         seed: augmentation seed (parameters are a pure function of seed, epoch and position).
+        on_error: ``"raise"`` (default) or ``"skip"``: replace a bad file by another sample of its
+            class, chosen deterministically (see :mod:`dali_backend.reading`).
 
     ``ds[i]`` returns ``(image, label)``: float32 ``[3, H, W]`` (the spec's dtype) and an int64 scalar
     tensor. Bad files raise :class:`BadImageError` naming the file; nothing is replaced silently.
     """
 
-    def __init__(self, index: SampleIndex, spec: AugmentSpec | None = None, seed: int = 0):
+    def __init__(self, index: SampleIndex, spec: AugmentSpec | None = None, seed: int = 0, on_error: OnError = "raise"):
         if not isinstance(index, SampleIndex):
             raise ConfigError(f"ImageDataset: index must be a SampleIndex, got {type(index).__name__}; "
                               "build one with SampleIndex.from_folder(root)")
@@ -68,6 +71,8 @@ class ImageDataset(Dataset):
         if not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ConfigError(f"ImageDataset: seed={seed!r}; must be a non-negative integer")
         self.index, self.spec, self.seed, self.epoch = index, spec, int(seed), 0
+        self.on_error = check_on_error(on_error)
+        self.reader = SampleReader.for_index(index, self.seed)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -81,36 +86,37 @@ class ImageDataset(Dataset):
         _, _, epoch, position = resolve_item(item, self.epoch)
         return draw_params(self.spec, self.seed, epoch, position)
 
-    def read_bytes(self, i: int) -> NDArray[np.uint8]:
-        """The encoded file of sample ``i`` (raises BadImageError when unreadable)."""
-        path = self.index.abspath(i)
-        try:
-            return np.fromfile(path, dtype=np.uint8)
-        except OSError as e:
-            raise BadImageError(path, i, int(self.index.labels[i]), None, f"unreadable ({e.strerror or e})") from e
-
     def decode(self, i: int, epoch: int | None = None) -> NDArray[np.uint8]:
-        """Decoded image of sample ``i`` (gray HxW or RGB HxWx3), before any augmentation."""
-        data = self.read_bytes(i)
-        img = ops.decode(data, self.spec.color) if data.size else None
+        """Checked, decoded image of sample ``i`` (gray HxW or RGB HxWx3), before any augmentation."""
+        data = self.reader.read(i, epoch)
+        img = ops.decode(data, self.spec.color)
         if img is None or img.size == 0:
-            path = self.index.abspath(i)
-            reason = "empty file" if data.size == 0 else "OpenCV could not decode it (corrupt or not a JPEG)"
-            raise BadImageError(path, i, int(self.index.labels[i]), epoch, reason)
+            raise BadImageError(self.reader.path(i), i, int(self.index.labels[i]), epoch,
+                                "OpenCV could not decode it (corrupt JPEG data)")
         return img
 
-    def load_uint8(self, item) -> tuple[NDArray[np.uint8], int]:
-        """``(uint8 [C, H, W], label)`` with C = 1 in gray mode: augmented, not yet normalised."""
+    def load_draw(self, item, on_error: OnError | None = None) -> tuple[NDArray[np.uint8], int, NDArray[np.int64]]:
+        """``(uint8 [C, H, W], label, [planned index, served index, position])``, not yet normalised.
+
+        C = 1 in gray mode. The served index differs from the planned one only when ``skip``
+        replaced a bad file; the label is always the served sample's.
+        """
         _configure_worker()
         i, epoch, pepoch, position = resolve_item(item, self.epoch)
         if not 0 <= i < len(self.index):
             raise IndexError(f"sample index {i} out of range for {len(self.index)} samples")
-        img = self.decode(i, epoch)
-        return ops.augment(img, self.spec, draw_params(self.spec, self.seed, pepoch, position)), int(self.index.labels[i])
+        served, img = self.reader.serve(i, pepoch, position, on_error or self.on_error, lambda j: self.decode(j, epoch))
+        out = ops.augment(img, self.spec, draw_params(self.spec, self.seed, pepoch, position))
+        return out, int(self.index.labels[served]), np.array([i, served, position], dtype=np.int64)
+
+    def load_uint8(self, item) -> tuple[NDArray[np.uint8], int]:
+        """``(uint8 [C, H, W], label)`` with C = 1 in gray mode: augmented, not yet normalised."""
+        img, label, _ = self.load_draw(item)
+        return img, label
 
     def __getitem__(self, item) -> tuple[torch.Tensor, torch.Tensor]:
         img, label = self.load_uint8(item)
         return ops.normalize(torch.from_numpy(img), self.spec), torch.tensor(label, dtype=torch.int64)
 
     def __repr__(self) -> str:
-        return f"ImageDataset(n={len(self)}, spec={self.spec}, seed={self.seed})"
+        return f"ImageDataset(n={len(self)}, spec={self.spec}, seed={self.seed}, on_error={self.on_error!r})"

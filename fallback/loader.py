@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from dali_backend.epochs import EpochLoaderMixin
 from dali_backend.errors import ConfigError
+from dali_backend.reading import check_on_error
 from dali_backend.memory import release_free_memory
 from dali_backend.sampler import Draw, WeightedSampler
 
@@ -24,38 +25,39 @@ from .dataset import ImageDataset
 
 
 class _Uint8View(Dataset):
-    """Returns the dataset's uint8 samples instead of normalised tensors."""
+    """Returns the dataset's uint8 samples (and which sample was served) instead of normalised tensors."""
 
-    def __init__(self, dataset: ImageDataset):
-        self.dataset = dataset
+    def __init__(self, dataset: ImageDataset, on_error: str):
+        self.dataset, self.on_error = dataset, on_error
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, item):
-        out = self.dataset.load_uint8(item)
+        out = self.dataset.load_draw(item, self.on_error)
         self._served = getattr(self, "_served", 0) + 1
         if self._served % 16 == 0:
             release_free_memory()  # keep worker RSS flat (full-resolution temporaries)
         return out
 
 
-def _collate_uint8(samples: list[tuple[np.ndarray, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+def _collate_uint8(samples: list[tuple[np.ndarray, int, np.ndarray]]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
     images = torch.from_numpy(np.stack([s[0] for s in samples]))
     labels = torch.tensor([s[1] for s in samples], dtype=torch.int64)
-    return images, labels
+    return images, labels, np.stack([s[2] for s in samples])
 
 
 class _EpochDraws(Sampler[Draw]):
-    """Wraps a sampler of plain ints so that each yielded index carries (epoch, position)."""
+    """Wraps the loader's sampler: plain ints get (epoch, position); a resumed epoch starts late."""
 
     def __init__(self, inner, loader: FallbackLoader):
         self.inner, self.loader = inner, loader
 
     def __iter__(self) -> Iterator[Draw]:
-        epoch = self.loader.epoch
+        epoch, skip = self.loader.epoch, self.loader._start_batch * self.loader.batch_size
         for pos, i in enumerate(self.inner):
-            yield i if isinstance(i, Draw) else Draw(int(i), epoch, pos)
+            if pos >= skip:
+                yield i if isinstance(i, Draw) else Draw(int(i), epoch, pos)
 
     def __len__(self) -> int:
         return len(self.inner)
@@ -71,6 +73,8 @@ class FallbackLoader(EpochLoaderMixin):
 
     Args mirror ``torch.utils.data.DataLoader``; ``sampler`` defaults to every sample once (shuffled
     when ``shuffle``), and may be a :class:`WeightedSampler` or any sampler of integer indices.
+    ``on_error`` (default: the dataset's) is ``"raise"`` or ``"skip"``. ``stats()``, ``state_dict()``
+    and ``load_state_dict()`` come from :class:`~dali_backend.epochs.EpochLoaderMixin`.
     """
 
     backend = "torch"
@@ -78,7 +82,7 @@ class FallbackLoader(EpochLoaderMixin):
     def __init__(self, dataset: ImageDataset, batch_size: int = 1, shuffle: bool = False, sampler=None,
                  num_workers: int = 0, drop_last: bool = False, pin_memory: bool = False, seed: int = 0,
                  prefetch_factor: int | None = None, persistent_workers: bool | None = None,
-                 timeout: float = 0, multiprocessing_context=None):
+                 timeout: float = 0, multiprocessing_context=None, on_error: str | None = None):
         if not isinstance(dataset, ImageDataset):
             raise ConfigError(f"dataset must be a fallback.ImageDataset, got {type(dataset).__name__}")
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -90,11 +94,13 @@ class FallbackLoader(EpochLoaderMixin):
         self.dataset, self.batch_size, self.num_workers = dataset, batch_size, num_workers
         self.drop_last, self.pin_memory, self.epoch = drop_last, pin_memory, 0
         self.sampler = sampler if sampler is not None else default_sampler(dataset, shuffle, seed)
-        self._draws = self.sampler if isinstance(self.sampler, WeightedSampler) else _EpochDraws(self.sampler, self)
+        self.on_error = check_on_error(on_error or dataset.on_error)
+        self._start_batch = 0
+        self._draws = _EpochDraws(self.sampler, self)
         if persistent_workers is None:
             persistent_workers = num_workers > 0
         self._loader = DataLoader(
-            _Uint8View(dataset), batch_size=batch_size, sampler=self._draws, num_workers=num_workers,
+            _Uint8View(dataset, self.on_error), batch_size=batch_size, sampler=self._draws, num_workers=num_workers,
             collate_fn=_collate_uint8, drop_last=drop_last, pin_memory=pin_memory, timeout=timeout,
             prefetch_factor=prefetch_factor if num_workers > 0 else None,
             persistent_workers=persistent_workers and num_workers > 0,
@@ -103,9 +109,12 @@ class FallbackLoader(EpochLoaderMixin):
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         spec = self.dataset.spec
-        for images, labels in self._loader:
+        self._start_batch = self._begin_epoch()
+        for images, labels, meta in self._loader:
             release_free_memory()  # the previous batch is gone by now: keep RSS flat
+            self._account(meta[:, 0], meta[:, 1], meta[:, 2])
             yield ops.normalize(images, spec), labels
+        self._end_epoch()
 
     def __repr__(self) -> str:
         return (f"FallbackLoader(n={len(self.dataset)}, batch_size={self.batch_size}, num_workers={self.num_workers}, "
