@@ -12,7 +12,7 @@ import logging
 
 from .augment import AugmentSpec, AugParams, Clahe, draw_params
 from .errors import (BadImageError, ConfigError, DaliBackendError, IndexBuildError, IndexFileError, ManifestError,
-                     MissingDependencyError, StaleIndexError)
+                     LoaderWorkerError, MissingDependencyError, StaleIndexError)
 from .index import Rejected, SampleIndex
 from .labelling import DEFAULT_KEYWORDS, KeywordRules
 from .sampler import Draw, WeightedSampler
@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AugmentSpec", "AugParams", "Clahe", "draw_params", "SampleIndex", "Rejected", "KeywordRules", "DEFAULT_KEYWORDS",
     "WeightedSampler", "Draw", "DaliLoader", "DaliBackendError", "ConfigError", "IndexBuildError", "IndexFileError",
-    "ManifestError", "StaleIndexError", "BadImageError", "MissingDependencyError",
+    "ManifestError", "StaleIndexError", "BadImageError", "MissingDependencyError", "LoaderWorkerError",
 ]
 
 

@@ -53,3 +53,7 @@ class BadImageError(DaliBackendError):
 
 class MissingDependencyError(DaliBackendError, ImportError):
     """An optional package needed for the requested backend is not installed."""
+
+
+class LoaderWorkerError(DaliBackendError, RuntimeError):
+    """A worker process of a loader died (killed, crashed, out of memory); the loader cannot continue."""

@@ -2,7 +2,8 @@
 
 Reads the marker segments up to the first scan (a few hundred bytes for most files), takes the frame
 size from the SOFn header, and checks that an end-of-image marker follows the scan data. Bytes after
-the end marker are accepted (cameras append data there). The trade-off: a file whose entropy data is
+the end marker are accepted (cameras append data there). 4-component (CMYK/YCCK) files are refused:
+the two backends' decoders convert them differently. The trade-off: a file whose entropy data is
 corrupted in the middle passes these checks; ``verify="decode"`` at index time catches those.
 """
 
@@ -117,6 +118,9 @@ def _check(data: bytes, size: int, max_pixels: int, load_full, tail: bytes) -> J
             width = (data[pos + 5] << 8) | data[pos + 6]
             if width == 0 or height == 0:
                 return JpegCheck(f"frame header declares an empty or deferred size ({width}x{height})")
+            if data[pos + 7] == 4:
+                return JpegCheck("4-component (CMYK/YCCK) JPEG: OpenCV and DALI convert CMYK differently (up to "
+                                 "2 levels, 14 after CLAHE), so the backends would disagree; convert it to RGB", width, height)
             if width * height > max_pixels:
                 return JpegCheck(
                     f"frame header declares {width}x{height} = {width * height / 1e6:.1f} MP, "

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import weakref
 from collections import deque
 from collections.abc import Iterator
@@ -22,7 +24,7 @@ import numpy as np
 import torch
 
 from .epochs import EpochLoaderMixin
-from .errors import BadImageError, ConfigError
+from .errors import BadImageError, ConfigError, LoaderWorkerError
 from .memory import release_free_memory
 from .sampler import Draw, WeightedSampler
 from .reading import SampleReader, check_on_error
@@ -43,6 +45,38 @@ def _keep_runners_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_keep_runners_in_child)
+
+_sigchld_installed = False
+
+
+def _install_sigchld_handler() -> None:
+    """Raise in the main thread when a DALI reader worker dies (as DataLoader does for its workers).
+
+    Without it the main thread can block forever in DALI's queue (measured: a killed reader hung the
+    next batch). The previous handler (torch's, say) is chained. Only possible from the main thread.
+    """
+    global _sigchld_installed
+    if _sigchld_installed or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGCHLD"):
+        return
+    previous = signal.getsignal(signal.SIGCHLD)
+
+    def handler(signum, frame):
+        if callable(previous):
+            previous(signum, frame)
+        for runner in list(_LIVE_RUNNERS):
+            if runner.in_flight:  # only while blocked in DALI; otherwise the next batch's check reports it
+                runner.check_workers()
+
+    signal.signal(signal.SIGCHLD, handler)
+    _sigchld_installed = True
+
+
+def _process_dead(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
 
 
 def _dali_importable() -> str | None:
@@ -151,6 +185,9 @@ class _DaliRunner:
                                    py_start_method=py_start_method, prefetch_queue_depth=prefetch_queue_depth,
                                    hw_decoder_load=hw_decoder_load, seed=dataset.seed)
         self.pipe.build()
+        pool = getattr(self.pipe, "_py_pool", None)
+        self._worker_pids = list(pool.pids()) if pool is not None and hasattr(pool, "pids") else []
+        self._dead_reported = False
         self.iterator = DALIGenericIterator([self.pipe], ["images", "labels", "slots"], auto_reset=False,
                                             prepare_first_batch=False)
         self.device = torch.device("cuda", device_id) if gpu else torch.device("cpu")
@@ -159,7 +196,21 @@ class _DaliRunner:
         self._next_slot = 0
         self._failed: BaseException | None = None
         self._pid = os.getpid()
+        self.in_flight = False
         _LIVE_RUNNERS.add(self)
+        _install_sigchld_handler()
+
+    def check_workers(self) -> None:
+        """Raise :class:`LoaderWorkerError` if one of this pipeline's reader workers has died."""
+        if self.pipe is None or self._dead_reported or os.getpid() != self._pid or not self._worker_pids:
+            return
+        for pid in self._worker_pids:
+            if _process_dead(pid):
+                self._dead_reported = True
+                self._failed = LoaderWorkerError(
+                    f"DALI's Python reader worker (pid {pid}) died (killed by a signal, crashed or out of memory); "
+                    "this DaliLoader cannot continue: create a new one (and check the system log for the OOM killer)")
+                raise self._failed
 
     # ------------------------------------------------------------------ planning
     def epoch_plan(self, loader_epoch: int) -> tuple[object, np.ndarray]:
@@ -195,18 +246,25 @@ class _DaliRunner:
     # ------------------------------------------------------------------ running
     def _run_one(self, expected: np.ndarray):
         if self._failed is not None:
-            raise RuntimeError("the DALI pipeline failed earlier and cannot continue; create a new DaliLoader") from self._failed
+            raise LoaderWorkerError("the DALI pipeline failed earlier and cannot continue; create a new DaliLoader") from self._failed
+        self.check_workers()
         try:
+            self.in_flight = True
             out = next(self.iterator)[0]
         except StopIteration as e:
             raise RuntimeError("DALI ended the stream unexpectedly") from e
+        except LoaderWorkerError:
+            raise
         except Exception as e:  # DALI re-raises worker errors with their text
             self._failed = e
+            self.check_workers()  # "Worker data receiving interrupted": say which worker died
             text = str(e)
             marker = "BadImageError: "
             if marker in text:
                 raise BadImageError(text[text.index(marker) + len(marker):].splitlines()[0]) from e
             raise
+        finally:
+            self.in_flight = False
         meta = out["slots"].cpu().numpy().reshape(len(expected), -1)
         if not np.array_equal(meta[:, :5], expected):
             raise RuntimeError(f"DALI returned slots {meta[:, 0].tolist()} where {expected[:, 0].tolist()} were planned; "
