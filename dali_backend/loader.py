@@ -437,6 +437,8 @@ class DaliLoader(EpochLoaderMixin):
         if self._runner is not None:
             self._runner.close()
             self._runner = None
+        if self._impl is not None:
+            self._impl.close()
 
     def __enter__(self) -> DaliLoader:
         return self
