@@ -240,3 +240,22 @@ def test_two_ranks_partition_the_draw_identically_on_both_backends(defect_root, 
         assert ranks[r]["torch"]["labels"] == ranks[r]["dali"]["labels"]
         want = index.labels[[i for i, _ in ranks[r]["torch"]["draws"]]].tolist()
         assert sum(ranks[r]["torch"]["labels"], []) == want
+
+
+# ------------------------------------------------------------------------------------ memory
+@pytest.mark.parametrize("kind", KINDS)
+def test_memory_flat_over_10_epochs(defect_index, kind):
+    """Process-tree memory (PSS) after epoch 10 within 5% of after epoch 1 (the bench measures it at size)."""
+    from bench.measure import tree_rss_mb
+
+    ds = ImageDataset(defect_index, AugmentSpec(size=128), seed=0)
+    with DaliLoader(ds, batch_size=8, num_workers=2, sampler=WeightedSampler(defect_index, num_samples=120),
+                    **KINDS[kind]) as loader:
+        after = []
+        for epoch in range(10):
+            loader.set_epoch(epoch)
+            for _ in loader:
+                pass
+            after.append(tree_rss_mb())
+    growth = (after[-1] - after[0]) / after[0] * 100
+    assert growth < 5, [round(a) for a in after]
