@@ -14,7 +14,7 @@ silent mislabeling).
 from __future__ import annotations
 
 import time
-from multiprocessing import resource_tracker, shared_memory
+from multiprocessing import shared_memory
 
 import numpy as np
 
@@ -50,11 +50,9 @@ class SlotRing:
 
     def __setstate__(self, state):
         self.capacity = state["capacity"]
+        # Attached, not owned: the creator unlinks it. (Spawned workers share the creator's resource
+        # tracker, so the registration this attach makes is the creator's own and must stay.)
         self._shm = shared_memory.SharedMemory(name=state["name"])
-        try:  # attached, not owned: the creator unlinks it (Python < 3.13 would track it here too)
-            resource_tracker.unregister(self._shm._name, "shared_memory")  # type: ignore[attr-defined]
-        except Exception:
-            pass
         self._owner = False
         self.rows = np.ndarray((self.capacity, ROW), dtype=np.int64, buffer=self._shm.buf)
 

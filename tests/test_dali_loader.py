@@ -222,3 +222,12 @@ def test_training_loop_runs_unchanged_with_daliloader_swapped_in(ds):
                                  device="cpu", backend="dali"), classes)
     assert len(with_dali) == len(with_dataloader) == 8 and all(np.isfinite(with_dali))
     np.testing.assert_allclose(with_dali, with_dataloader, rtol=1e-3, atol=1e-4)  # same samples, same pixels
+
+
+def test_spawned_reader_workers(ds):
+    """CUDA initialised before the loader means spawn instead of fork: the schedule must cross a pickle."""
+    sampler = WeightedSampler(ds.index, num_samples=20, seed=8)
+    with DaliLoader(ds, batch_size=8, sampler=sampler, device="cpu", backend="dali", py_start_method="spawn") as loader:
+        got = [y for _, y in loader]
+    want = [y for _, y in FallbackLoader(ds, batch_size=8, sampler=sampler)]
+    assert len(got) == 3 and all(torch.equal(a, b) for a, b in zip(got, want))
