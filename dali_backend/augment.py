@@ -19,6 +19,7 @@ from .errors import ConfigError
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 ColorMode = Literal["gray", "rgb"]
+Fit = Literal["stretch", "letterbox"]
 OutputDtype = Literal["float32", "float16", "uint8"]
 _AUG_STREAM = 0xA06  # separates augmentation draws from the sampler's streams of the same seed
 
@@ -49,7 +50,11 @@ class AugmentSpec:
        ``rgb``: decode to RGB;
     2. CLAHE at native resolution (``rgb``: on each channel independently);
     3. antialiased resize to ``size`` (triangle filter over the source footprint when shrinking,
-       bilinear when enlarging; aspect ratio not kept);
+       bilinear when enlarging). ``fit="stretch"`` (default) ignores the aspect ratio;
+       ``fit="letterbox"`` keeps it: scale ``s = min(W / w, H / h)``, resize to
+       ``(floor(h * s + 0.5), floor(w * s + 0.5))`` (at least 1), and pad with 0 to ``size``,
+       the content placed ``ceil(pad / 2)`` from the top and left (for lines that mix camera
+       resolutions);
     4. rotation by ``angle`` degrees counter-clockwise about the image centre, bilinear, fill 0,
        same size;
     5. ``out = b * (128 + c * (x - 128))``, rounded and clipped to [0, 255];
@@ -69,6 +74,7 @@ class AugmentSpec:
         contrast: largest relative contrast change (0 disables).
         mean, std: per-channel normalisation on the [0, 1] scale.
         dtype: output dtype, ``"float32"`` (default), ``"float16"`` or ``"uint8"`` (no normalisation).
+        fit: ``"stretch"`` (default) or ``"letterbox"`` (keep the aspect ratio, pad with 0).
     """
 
     size: tuple[int, int] | int = (256, 256)
@@ -80,6 +86,7 @@ class AugmentSpec:
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
     dtype: OutputDtype = "float32"
+    fit: Fit = "stretch"
 
     def __post_init__(self):
         size = (self.size, self.size) if isinstance(self.size, int) else tuple(self.size)
@@ -103,6 +110,8 @@ class AugmentSpec:
             raise ConfigError(f"AugmentSpec.std={self.std!r}; every value must be positive")
         if self.dtype not in ("float32", "float16", "uint8"):
             raise ConfigError(f"AugmentSpec.dtype={self.dtype!r}; use 'float32', 'float16' or 'uint8'")
+        if self.fit not in ("stretch", "letterbox"):
+            raise ConfigError(f"AugmentSpec.fit={self.fit!r}; use 'stretch' or 'letterbox'")
 
     @property
     def height(self) -> int:
@@ -132,6 +141,12 @@ class AugmentSpec:
     def eval(self) -> AugmentSpec:
         """The evaluation variant: same decode, CLAHE, size and normalisation; no randomness."""
         return replace(self, rotate_deg=0.0, brightness=0.0, contrast=0.0)
+
+    def letterbox_size(self, height: int, width: int) -> tuple[int, int]:
+        """``(h, w)`` a ``height`` x ``width`` image is resized to in letterbox mode (float32 math, as DALI)."""
+        f = np.float32
+        s = min(f(self.width) / f(width), f(self.height) / f(height))
+        return (max(int(np.floor(f(height) * s + f(0.5))), 1), max(int(np.floor(f(width) * s + f(0.5))), 1))
 
     def normalize_coefficients(self) -> tuple[np.ndarray, np.ndarray]:
         """``(scale, shift)`` per output channel so that ``out = x * scale + shift`` for uint8 ``x``."""

@@ -54,8 +54,19 @@ def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, de
             tiles_x, tiles_y = spec.clahe.tiles
             images = fn.clahe(images, tiles_x=tiles_x, tiles_y=tiles_y, clip_limit=float(spec.clahe.clip_limit),
                               luma_only=False)
-        images = fn.resize(images, resize_x=spec.width, resize_y=spec.height, antialias=True,
-                           interp_type=types.INTERP_LINEAR)
+        if spec.fit == "letterbox":
+            import nvidia.dali.math as dmath
+
+            shape = fn.peek_image_shape(jpegs, dtype=types.FLOAT)  # after EXIF orientation, like the decoder
+            h, w = shape[0], shape[1]
+            s = dmath.min(float(spec.width) / w, float(spec.height) / h)
+            new_h = dmath.max(dmath.floor(h * s + 0.5), 1.0)
+            new_w = dmath.max(dmath.floor(w * s + 0.5), 1.0)
+            images = fn.resize(images, resize_x=new_w, resize_y=new_h, antialias=True, interp_type=types.INTERP_LINEAR)
+            images = fn.crop(images, crop_h=spec.height, crop_w=spec.width, out_of_bounds_policy="pad", fill_values=0)
+        else:
+            images = fn.resize(images, resize_x=spec.width, resize_y=spec.height, antialias=True,
+                               interp_type=types.INTERP_LINEAR)
         if spec.rotates:
             images = fn.rotate(images, angle=params[0], keep_size=True, fill_value=0, interp_type=types.INTERP_LINEAR)
         if spec.jitters:

@@ -144,6 +144,15 @@ def resize(img: Image, height: int, width: int) -> Image:
     return np.clip(np.floor(out + 0.5), 0, 255).astype(np.uint8)
 
 
+def letterbox(img: Image, spec: AugmentSpec) -> Image:
+    """Resize keeping the aspect ratio (see :meth:`AugmentSpec.letterbox_size`), pad with 0, centred."""
+    nh, nw = spec.letterbox_size(img.shape[0], img.shape[1])
+    out = np.zeros((spec.height, spec.width) + img.shape[2:], dtype=np.uint8)
+    top, left = (spec.height - nh + 1) // 2, (spec.width - nw + 1) // 2
+    out[top:top + nh, left:left + nw] = resize(img, nh, nw)
+    return out
+
+
 # ----------------------------------------------------------------------------------------- rotate, jitter
 def rotate(img: Image, angle: float) -> Image:
     """Rotate ``angle`` degrees counter-clockwise about the centre; bilinear, fill 0, same size."""
@@ -179,7 +188,7 @@ def jitter(img: Image, brightness: float, contrast: float) -> Image:
 def augment(decoded: Image, spec: AugmentSpec, params: AugParams) -> NDArray[np.uint8]:
     """Steps 2-5 of the reference semantics; returns channel-first uint8 ``[C, H, W]`` (C = 1 or 3)."""
     img = clahe(decoded, spec)
-    img = resize(img, spec.height, spec.width)
+    img = letterbox(img, spec) if spec.fit == "letterbox" else resize(img, spec.height, spec.width)
     img = rotate(img, params.angle)
     img = jitter(img, params.brightness, params.contrast)
     return img[None] if img.ndim == 2 else np.ascontiguousarray(img.transpose(2, 0, 1))

@@ -13,9 +13,9 @@ from torch.utils.data import DataLoader
 
 from bench.equivalence import compare_end_to_end, compare_operations
 from conftest import cuda_available
-from dali_backend import (AugmentSpec, BadImageError, ConfigError, DaliLoader, MissingDependencyError, SampleIndex,
+from dali_backend import (AugmentSpec, AugParams, BadImageError, ConfigError, DaliLoader, MissingDependencyError, SampleIndex,
                           WeightedSampler)
-from fallback import FallbackLoader, ImageDataset
+from fallback import FallbackLoader, ImageDataset, ops
 
 needs_cuda = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
 BACKENDS = ["dali-cpu", "torch", pytest.param("dali-gpu", marks=[pytest.mark.cuda, needs_cuda])]
@@ -159,19 +159,21 @@ def test_each_operation_agrees(device):
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=[pytest.mark.cuda, needs_cuda])])
 @pytest.mark.parametrize("size", [(256, 256), (31, 17)])
-def test_end_to_end_gray_agrees_on_odd_inputs(odd_root, device, size):
+@pytest.mark.parametrize("fit", ["stretch", "letterbox"])
+def test_end_to_end_gray_agrees_on_odd_inputs(odd_root, device, size, fit):
     index = SampleIndex.from_folder(odd_root, progress=False)
     assert len(index) == 8 and not index.rejected
-    ds = ImageDataset(index, AugmentSpec(size=size, rotate_deg=10, brightness=0.2, contrast=0.2), seed=1)
+    ds = ImageDataset(index, AugmentSpec(size=size, rotate_deg=10, brightness=0.2, contrast=0.2, fit=fit), seed=1)
     stats = compare_end_to_end(ds, WeightedSampler(index, num_samples=24, seed=0), device=device)
     assert stats["labels_equal"]
     assert stats["mean"] <= GOAL_MEAN and stats["p999"] <= GOAL_P999, stats
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=[pytest.mark.cuda, needs_cuda])])
-def test_end_to_end_rgb_agrees(odd_root, device):
+@pytest.mark.parametrize("fit", ["stretch", "letterbox"])
+def test_end_to_end_rgb_agrees(odd_root, device, fit):
     index = SampleIndex.from_folder(odd_root, progress=False)
-    ds = ImageDataset(index, AugmentSpec(size=64, color="rgb"), seed=1)
+    ds = ImageDataset(index, AugmentSpec(size=64, color="rgb", fit=fit), seed=1)
     stats = compare_end_to_end(ds, WeightedSampler(index, num_samples=16, seed=0), device=device)
     assert stats["labels_equal"]
     assert stats["mean"] <= GOAL_MEAN and stats["p999"] <= GOAL_P999, stats
@@ -231,3 +233,12 @@ def test_spawned_reader_workers(ds):
         got = [y for _, y in loader]
     want = [y for _, y in FallbackLoader(ds, batch_size=8, sampler=sampler)]
     assert len(got) == 3 and all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_letterbox_keeps_aspect_and_pads_centred():
+    spec = AugmentSpec(size=(64, 80), fit="letterbox", clahe=None).eval()
+    assert spec.letterbox_size(120, 160) == (60, 80) and spec.letterbox_size(100, 33) == (64, 21)
+    assert spec.letterbox_size(3, 1000) == (1, 80) and spec.letterbox_size(1, 1) == (64, 64)
+    out = ops.augment(np.full((100, 33), 200, np.uint8), spec, AugParams(0.0, 1.0, 1.0))[0]
+    cols = np.flatnonzero(out.max(axis=0))
+    assert cols[0] == 30 and cols[-1] == 50 and out[:, 30:51].min() == 200  # 21 columns, (59 + 1) // 2 from the left
