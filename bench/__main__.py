@@ -121,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     if "ceiling" not in names:
         names = ["ceiling", *names]
     results = []
-    for name in names:
+    from dali_backend.progress import track
+
+    for name in track(names, total=len(names), desc="bench", unit="contender"):
         cmd = [sys.executable, "-m", "bench", "--one", name, "--index", str(index_path), "--size", f"{out_w}x{out_h}",
                "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--workers", str(args.workers)]
         print(f"running {name} ...", file=sys.stderr, flush=True)

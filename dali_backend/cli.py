@@ -1,4 +1,4 @@
-"""Command line: ``python -m dali_backend {demo,index,split}`` (also installed as ``dali-backend``)."""
+"""Command line: ``python -m dali_backend {demo,index,split,preview,bench}`` (also installed as ``dali-backend``)."""
 
 from __future__ import annotations
 
@@ -89,6 +89,81 @@ def save_preview(images, labels, classes, spec, path: Path, columns: int = 8) ->
                     (255, 255, 255), 1, cv2.LINE_AA)
     path.parent.mkdir(parents=True, exist_ok=True)
     cv2.imwrite(str(path), grid)
+
+
+def _load_or_index(path: str):
+    from .index import SampleIndex
+
+    return SampleIndex.load(path) if os.path.isfile(path) else SampleIndex.from_folder(path)
+
+
+def _histogram(classes, counts, width: int, height: int):
+    import cv2
+    import numpy as np
+
+    img = np.full((height, width, 3), 255, np.uint8)
+    top = max(int(counts.max()), 1)
+    bar_w = max(4, (width - 20) // max(1, len(classes)))
+    for i, (c, k) in enumerate(zip(classes, counts)):
+        h = int((height - 45) * k / top)
+        x = 10 + i * bar_w
+        cv2.rectangle(img, (x + 4, height - 25 - h), (x + bar_w - 4, height - 25), (150, 110, 60), -1)
+        cv2.putText(img, f"{c} {k / max(1, counts.sum()):.0%}", (x + 4, height - 8), cv2.FONT_HERSHEY_SIMPLEX, 0.4,
+                    (0, 0, 0), 1, cv2.LINE_AA)
+    cv2.putText(img, "classes drawn in one sampler epoch", (10, 15), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (0, 0, 0), 1,
+                cv2.LINE_AA)
+    return img
+
+
+def cmd_preview(args) -> int:
+    """Original, fallback output and DALI output side by side for N draws, plus the class histogram."""
+    import cv2
+    import numpy as np
+
+    from fallback import ImageDataset, ops
+
+    from .augment import AugmentSpec
+    from .loader import DaliLoader, _dali_importable
+    from .sampler import WeightedSampler
+
+    index = _load_or_index(args.data)
+    spec = AugmentSpec(size=args.size, color=args.color, fit=args.fit, dtype="uint8")
+    ds = ImageDataset(index, spec, seed=args.seed)
+    sampler = WeightedSampler(index, seed=args.seed)
+    draws = sampler.draws()[: args.n]
+    fallback = [ds.load_uint8(d)[0] for d in draws]
+    columns = ["original", "fallback"]
+    dali_imgs = None
+    if _dali_importable() is None and args.backend != "torch":
+        loader = DaliLoader(ds, batch_size=len(draws), sampler=draws, device="auto", backend="dali")
+        dali_imgs = next(iter(loader))[0].cpu().numpy()
+        columns.append(loader.backend)
+        loader.close()
+    t = spec.height
+    rows = []
+    for k, d in enumerate(draws):
+        orig = ops.decode(ds.reader.read(d.index), spec.color)
+        tiles = [cv2.resize(orig, (spec.width, spec.height), interpolation=cv2.INTER_AREA), fallback[k][0]
+                 if spec.color == "gray" else fallback[k].transpose(1, 2, 0)]
+        if dali_imgs is not None:
+            tiles.append(dali_imgs[k][0] if spec.color == "gray" else dali_imgs[k].transpose(1, 2, 0))
+        tiles = [cv2.cvtColor(x, cv2.COLOR_GRAY2BGR) if x.ndim == 2 else cv2.cvtColor(np.ascontiguousarray(x), cv2.COLOR_RGB2BGR)
+                 for x in tiles]
+        p = ds.params(d)
+        label = f"{index.classes[index.labels[d.index]]}  angle {p.angle:+.1f}  b {p.brightness:.2f}  c {p.contrast:.2f}"
+        bar = np.full((20, spec.width * len(tiles), 3), 255, np.uint8)
+        cv2.putText(bar, label, (4, 14), cv2.FONT_HERSHEY_SIMPLEX, 0.42, (0, 0, 0), 1, cv2.LINE_AA)
+        rows.append(np.vstack([bar, np.hstack(tiles)]))
+    head = np.full((22, rows[0].shape[1], 3), 255, np.uint8)
+    for c, name in enumerate(columns):
+        cv2.putText(head, name, (c * spec.width + 4, 16), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, cv2.LINE_AA)
+    counts = np.bincount(index.labels[sampler.global_draw()], minlength=len(index.classes))
+    grid = np.vstack([head, *rows, _histogram(index.classes, counts, rows[0].shape[1], max(120, t // 2))])
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(out), grid)
+    print(f"preview of {len(draws)} draws ({', '.join(columns)}) written to {out}")
+    return 0
 
 
 def cmd_demo(args) -> int:
@@ -185,10 +260,30 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--train-out", required=True)
     s.add_argument("--val-out", required=True)
     s.set_defaults(func=cmd_split)
+
+    v = sub.add_parser("preview", help="PNG: original, fallback and DALI outputs side by side, with labels, parameters "
+                                       "and the class histogram of one sampler epoch")
+    v.add_argument("data", help="data root (root/<class>/*.jpg) or an index file")
+    v.add_argument("--out", default="preview.png")
+    v.add_argument("--n", type=int, default=6, help="draws shown (default 6)")
+    v.add_argument("--size", type=int, default=192)
+    v.add_argument("--color", default="gray", choices=["gray", "rgb"])
+    v.add_argument("--fit", default="stretch", choices=["stretch", "letterbox"])
+    v.add_argument("--backend", default="auto", choices=["auto", "torch"], help="torch: skip the DALI column")
+    v.add_argument("--seed", type=int, default=0)
+    v.set_defaults(func=cmd_preview)
+
+    sub.add_parser("bench", help="the benchmark (same as python -m bench); see `bench --help`", add_help=False)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    words = [a for a in argv if not a.startswith("-")]
+    if words and words[0] == "bench":  # everything after `bench` belongs to the benchmark's own parser
+        from bench.__main__ import main as bench_main
+
+        return bench_main(argv[argv.index("bench") + 1:])
     args = build_parser().parse_args(argv)
     level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")

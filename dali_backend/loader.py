@@ -27,7 +27,7 @@ from .epochs import EpochLoaderMixin
 from .errors import BadImageError, ConfigError, LoaderWorkerError
 from .memory import release_free_memory
 from .sampler import Draw, WeightedSampler
-from .reading import SampleReader, check_on_error
+from .reading import check_on_error
 from .schedule import KIND_DRAW, KIND_PAD, DrawSource, SlotRing
 from .tensors import normalize
 
@@ -172,7 +172,7 @@ class _DaliRunner:
         gpu = backend == "dali-gpu"
         self.lookahead = prefetch_queue_depth + 4  # batches written ahead of consumption
         self.ring = SlotRing(capacity=4 * self.lookahead * batch_size)
-        source = DrawSource(SampleReader.for_index(dataset.index, dataset.seed), dataset.spec, on_error, self.ring)
+        source = DrawSource(dataset.reader, dataset.spec, on_error, self.ring)  # the dataset's reader: shares its cache
         if py_start_method is None:
             # fork is fastest, but not after CUDA was initialised in this process.
             py_start_method = "spawn" if (gpu and torch.cuda.is_initialized()) else "fork"

@@ -11,8 +11,11 @@ draw's position (and so its augmentation parameters) and is counted and reported
 
 from __future__ import annotations
 
+import logging
 import os
+import weakref
 from collections.abc import Callable
+from multiprocessing import shared_memory
 from typing import Literal, TypeVar
 
 import numpy as np
@@ -21,6 +24,7 @@ from numpy.typing import NDArray
 from .errors import BadImageError, ConfigError
 from .jpeg import EOI, SOI
 
+log = logging.getLogger("dali_backend")
 OnError = Literal["raise", "skip"]
 MAX_REPLACEMENTS = 32
 _REPLACE_STREAM = 0x5C1
@@ -34,17 +38,68 @@ def check_on_error(on_error: str) -> OnError:
     return on_error  # type: ignore[return-value]
 
 
+class EncodedCache:
+    """Every file's encoded bytes in one block of POSIX shared memory (the tutorial's ``cache_images``).
+
+    Costs the data set's size on disk in RAM (``nbytes``, logged when built), once for all workers of
+    both backends: forked workers share the pages, spawned ones attach by name. Worth it when the
+    files sit on slow or network storage and fit in memory; reads then cost a memcpy. Files that
+    cannot be read while building are left out and read from disk (and checked) when drawn.
+    """
+
+    def __init__(self, paths: list[str], sizes: NDArray[np.int64]):
+        self.offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=self.offsets[1:])
+        self.present = np.zeros(len(sizes), dtype=bool)
+        self.nbytes = int(self.offsets[-1])
+        self._shm = shared_memory.SharedMemory(create=True, size=max(1, self.nbytes))
+        self._finalizer = weakref.finalize(self, EncodedCache._release, self._shm, os.getpid())
+        buf = np.ndarray((max(1, self.nbytes),), dtype=np.uint8, buffer=self._shm.buf)
+        for i, path in enumerate(paths):
+            try:
+                with open(path, "rb") as f:
+                    n = f.readinto(memoryview(buf[self.offsets[i]:self.offsets[i + 1]]))
+                self.present[i] = n == sizes[i]
+            except OSError:
+                pass
+        self.buf = buf
+        log.info("cached %d of %d files in shared memory: %.1f MB", int(self.present.sum()), len(sizes), self.nbytes / 1e6)
+
+    @staticmethod
+    def _release(shm, owner_pid: int) -> None:
+        try:
+            shm.close()
+            if os.getpid() == owner_pid:
+                shm.unlink()
+        except (FileNotFoundError, BufferError):
+            pass
+
+    def __getstate__(self):
+        return {"name": self._shm.name, "offsets": self.offsets, "present": self.present, "nbytes": self.nbytes}
+
+    def __setstate__(self, state):
+        self.offsets, self.present, self.nbytes = state["offsets"], state["present"], state["nbytes"]
+        self._shm = shared_memory.SharedMemory(name=state["name"])  # attached; the creator unlinks
+        self.buf = np.ndarray((max(1, self.nbytes),), dtype=np.uint8, buffer=self._shm.buf)
+
+    def get(self, i: int) -> NDArray[np.uint8] | None:
+        if not self.present[i]:
+            return None
+        return self.buf[self.offsets[i]:self.offsets[i + 1]]
+
+
 class SampleReader:
     """Reads checked bytes of indexed samples. Plain arrays only: cheap to fork or pickle to workers."""
 
     def __init__(self, root: str, path_data: NDArray[np.uint8], path_offsets: NDArray[np.int64],
-                 labels: NDArray[np.int64], sizes: NDArray[np.int64], seed: int):
+                 labels: NDArray[np.int64], sizes: NDArray[np.int64], seed: int, cache: EncodedCache | None = None):
         self.root, self.path_data, self.path_offsets = root, path_data, path_offsets
-        self.labels, self.sizes, self.seed = labels, sizes, int(seed)
+        self.labels, self.sizes, self.seed, self.cache = labels, sizes, int(seed), cache
 
     @classmethod
-    def for_index(cls, index, seed: int) -> SampleReader:
-        return cls(index.root, index.paths.data, index.paths.offsets, index.labels, index.sizes, seed)
+    def for_index(cls, index, seed: int, cache: bool = False) -> SampleReader:
+        store = EncodedCache([index.abspath(i) for i in range(len(index))], index.sizes) if cache else None
+        return cls(index.root, index.paths.data, index.paths.offsets, index.labels, index.sizes, seed, store)
 
     def path(self, i: int) -> str:
         rel = self.path_data[self.path_offsets[i]:self.path_offsets[i + 1]].tobytes().decode("utf-8", "surrogateescape")
@@ -63,12 +118,13 @@ class SampleReader:
         return None
 
     def read(self, i: int, epoch: int | None = None) -> NDArray[np.uint8]:
-        """Checked bytes of sample ``i``; raises :class:`BadImageError` naming the file."""
-        data, err = None, None
-        try:
-            data = np.fromfile(self.path(i), dtype=np.uint8)
-        except OSError as e:
-            err = e
+        """Checked bytes of sample ``i`` (from the cache when there is one); raises :class:`BadImageError`."""
+        data, err = (self.cache.get(i) if self.cache is not None else None), None
+        if data is None:
+            try:
+                data = np.fromfile(self.path(i), dtype=np.uint8)
+            except OSError as e:
+                err = e
         reason = self.problem(i, data, err)
         if reason:
             raise BadImageError(self.path(i), i, int(self.labels[i]), epoch, reason)

@@ -55,12 +55,15 @@ class ImageDataset(Dataset):
         seed: augmentation seed (parameters are a pure function of seed, epoch and position).
         on_error: ``"raise"`` (default) or ``"skip"``: replace a bad file by another sample of its
             class, chosen deterministically (see :mod:`dali_backend.reading`).
+        cache: hold every file's encoded bytes in shared memory (costs the data set's size on disk
+            in RAM, once for all workers and both backends; see ``EncodedCache``).
 
     ``ds[i]`` returns ``(image, label)``: float32 ``[3, H, W]`` (the spec's dtype) and an int64 scalar
     tensor. Bad files raise :class:`BadImageError` naming the file; nothing is replaced silently.
     """
 
-    def __init__(self, index: SampleIndex, spec: AugmentSpec | None = None, seed: int = 0, on_error: OnError = "raise"):
+    def __init__(self, index: SampleIndex, spec: AugmentSpec | None = None, seed: int = 0, on_error: OnError = "raise",
+                 cache: bool = False):
         if not isinstance(index, SampleIndex):
             raise ConfigError(f"ImageDataset: index must be a SampleIndex, got {type(index).__name__}; "
                               "build one with SampleIndex.from_folder(root)")
@@ -72,7 +75,7 @@ class ImageDataset(Dataset):
             raise ConfigError(f"ImageDataset: seed={seed!r}; must be a non-negative integer")
         self.index, self.spec, self.seed, self.epoch = index, spec, int(seed), 0
         self.on_error = check_on_error(on_error)
-        self.reader = SampleReader.for_index(index, self.seed)
+        self.reader = SampleReader.for_index(index, self.seed, cache=cache)
 
     def __len__(self) -> int:
         return len(self.index)

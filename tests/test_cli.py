@@ -12,8 +12,11 @@ from dali_backend.cli import main
 
 def test_help_lists_subcommands():
     out = subprocess.run([sys.executable, "-m", "dali_backend", "--help"], capture_output=True, text=True, check=True)
-    for cmd in ("demo", "index", "split"):
+    for cmd in ("demo", "index", "split", "preview", "bench"):
         assert cmd in out.stdout
+    for cmd in ("demo", "index", "split", "preview"):
+        sub = subprocess.run([sys.executable, "-m", "dali_backend", cmd, "--help"], capture_output=True, text=True, check=True)
+        assert "usage" in sub.stdout
 
 
 def test_demo_prints_throughput_and_writes_preview(tmp_path, capsys):
@@ -37,3 +40,18 @@ def test_index_and_split_commands(tmp_path, capsys):
                  "--val-out", str(tmp_path / "v.npz"), "--val-fraction", "0.3"]) == 0
     assert len(SampleIndex.load(tmp_path / "t.npz")) + len(SampleIndex.load(tmp_path / "v.npz")) == 10
     assert main(["index", str(tmp_path / "missing"), "--out", str(tmp_path / "x.npz")]) == 2  # typed error, exit 2
+
+
+def test_preview_writes_three_columns_and_histogram(defect_root, tmp_path, capsys):
+    out = tmp_path / "p.png"
+    assert main(["-q", "preview", str(defect_root), "--out", str(out), "--n", "3", "--size", "64"]) == 0
+    assert "original, fallback, dali-cpu" in capsys.readouterr().out
+    import cv2
+
+    img = cv2.imread(str(out))
+    assert img.shape[1] == 3 * 64 and img.shape[0] > 3 * 64
+
+
+def test_bench_subcommand_passes_arguments_through():
+    out = subprocess.run([sys.executable, "-m", "dali_backend", "bench", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "--images" in out.stdout and "--json" in out.stdout

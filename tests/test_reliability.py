@@ -259,3 +259,21 @@ def test_memory_flat_over_10_epochs(defect_index, kind):
             after.append(tree_rss_mb())
     growth = (after[-1] - after[0]) / after[0] * 100
     assert growth < 5, [round(a) for a in after]
+
+
+# ------------------------------------------------------------------------------------ cache
+@pytest.mark.parametrize("kind", KINDS)
+def test_in_memory_cache_gives_the_same_batches_and_survives_file_loss(tmp_path, kind):
+    for i in range(10):
+        write(tmp_path / ("a" if i % 2 else "b") / f"{i}.jpg", jpeg_bytes(seed=i))
+    index = SampleIndex.from_folder(tmp_path, progress=False)
+    spec = AugmentSpec(size=16)
+    plain = ImageDataset(index, spec, seed=1)
+    cached = ImageDataset(index, spec, seed=1, cache=True)
+    assert cached.reader.cache.nbytes == int(index.sizes.sum())
+    sampler = WeightedSampler(index, num_samples=12, seed=2)
+    want = _batches(DaliLoader(plain, batch_size=4, sampler=sampler, **KINDS[kind]))
+    for path in tmp_path.rglob("*.jpg"):
+        path.unlink()  # served from memory now
+    got = _batches(DaliLoader(cached, batch_size=4, sampler=sampler, num_workers=2, **KINDS[kind]))
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, want))
