@@ -27,6 +27,15 @@ def jpeg_bytes(h: int = 48, w: int = 64, seed: int = 0, color: bool = False, qua
     return enc.tobytes()
 
 
+def set_sof_size(data: bytes, w: int, h: int) -> bytes:
+    """The JPEG with its baseline frame header claiming ``w`` x ``h`` pixels (the data is unchanged)."""
+    i = data.index(b"\xff\xc0")
+    b = bytearray(data)
+    b[i + 5:i + 7] = h.to_bytes(2, "big")
+    b[i + 7:i + 9] = w.to_bytes(2, "big")
+    return bytes(b)
+
+
 def write(path: Path, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)

@@ -8,7 +8,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from conftest import jpeg_bytes, with_exif_orientation, write
+from conftest import jpeg_bytes, set_sof_size, with_exif_orientation, write
 
 ACCEPTED = "ok"
 
@@ -69,7 +69,7 @@ def build_corpus(root: Path) -> dict[str, str]:
         "bad/text.jpg": (b"this is a note, not a picture\n", "no JPEG signature"),
         "bad/truncated.jpg": (base[: len(base) * 2 // 3], "truncated"),
         "bad/header_only.jpg": (base[: base.index(b"\xff\xda")] + b"\xff\xd9", "header-only"),
-        "bad/huge_header.jpg": (_set_size(base, 60000, 60000), "over the limit"),
+        "bad/huge_header.jpg": (set_sof_size(base, 60000, 60000), "over the limit"),
     }
     for orientation in range(2, 9):
         files[f"good/exif_{orientation}.jpg"] = (with_exif_orientation(_encode(color[:90, :70]), orientation), ACCEPTED)
@@ -77,10 +77,3 @@ def build_corpus(root: Path) -> dict[str, str]:
         write(root / rel, data)
     return {rel: expect for rel, (_, expect) in files.items()}
 
-
-def _set_size(data: bytes, w: int, h: int) -> bytes:
-    i = data.index(b"\xff\xc0")
-    b = bytearray(data)
-    b[i + 5:i + 7] = h.to_bytes(2, "big")
-    b[i + 7:i + 9] = w.to_bytes(2, "big")
-    return bytes(b)

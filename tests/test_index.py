@@ -10,17 +10,9 @@ import os
 import numpy as np
 import pytest
 
-from conftest import jpeg_bytes, write
+from conftest import jpeg_bytes, set_sof_size, write
 from dali_backend import (IndexBuildError, IndexFileError, ManifestError, SampleIndex, StaleIndexError)
 from dali_backend.jpeg import check_jpeg_bytes
-
-
-def set_sof_size(data: bytes, w: int, h: int) -> bytes:
-    i = data.index(b"\xff\xc0")
-    b = bytearray(data)
-    b[i + 5:i + 7] = h.to_bytes(2, "big")
-    b[i + 7:i + 9] = w.to_bytes(2, "big")
-    return bytes(b)
 
 
 def header_only(data: bytes) -> bytes:
