@@ -278,7 +278,7 @@ class _DaliRunner:
         for _ in range(stale):
             self._fill()  # DALI blocks on unwritten slots while it prefetches: stay ahead at all times
             _, _, rows = self._queue.popleft()
-            self._run_one(rows)  # noqa: the outputs of stale batches are dropped
+            self._run_one(rows)  # the outputs of stale batches are dropped
 
     def iterate(self, loader_epoch: int, start_batch: int = 0):
         """Yield ``(images, labels, planned, served, positions)`` for the epoch's batches from ``start_batch``."""
@@ -341,6 +341,11 @@ class DaliLoader(EpochLoaderMixin):
         seed: seed of the default sampler.
         prefetch_queue_depth: DALI batches prepared ahead.
         hw_decoder_load: share of JPEG decoding sent to the hardware decoder (A100/H100/H200).
+        py_start_method: ``"fork"`` or ``"spawn"`` for DALI's reader workers (default: fork, or
+            spawn once CUDA is initialised in this process).
+        timeout: the fallback DataLoader's batch timeout; the DALI path has none (a dead reader
+            raises :class:`LoaderWorkerError` instead of hanging).
+        on_error: ``"raise"`` or ``"skip"`` (default: the dataset's); see :mod:`dali_backend.reading`.
 
     Yields ``(images, labels)``: the spec's dtype ``[B, 3, H, W]`` (on the GPU for ``dali-gpu``) and int64
     ``[B]``. ``.backend`` is ``"dali-gpu"``, ``"dali-cpu"`` or ``"torch"``.
