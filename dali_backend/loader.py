@@ -89,10 +89,49 @@ def _dali_importable() -> str | None:
     return None
 
 
+def cuda_device_count() -> int:
+    """GPUs visible to this process, counted without initialising the CUDA driver.
+
+    ``torch.cuda.device_count()`` asks NVML first (``torch.cuda.is_available()`` calls ``cuInit``
+    unless ``PYTORCH_NVML_BASED_CUDA_CHECK=1``), and DALI refuses to fork its reader workers once the
+    driver is initialised, so probing must not initialise it.
+    """
+    try:
+        return int(torch.cuda.device_count())
+    except Exception:  # a broken driver install: no usable GPU
+        return 0
+
+
+def cuda_driver_initialized() -> bool:
+    """What DALI checks before forking its Python workers (``_multiproc/pool.py``)."""
+    from nvidia.dali import backend as dali_backend_lib
+
+    return bool(dali_backend_lib.IsDriverInitialized())
+
+
+def local_ranks() -> tuple[int, int]:
+    """``(local rank, processes on this node)`` from torchrun's environment (``(0, 1)`` otherwise)."""
+    def env_int(name: str, default: int) -> int:
+        try:
+            return int(os.environ.get(name, default))
+        except ValueError:
+            return default
+
+    world = max(1, env_int("LOCAL_WORLD_SIZE", 1))
+    rank = env_int("LOCAL_RANK", -1)
+    if rank < 0:
+        dist = torch.distributed
+        rank = dist.get_rank() % world if dist.is_available() and dist.is_initialized() else 0
+    return rank, world
+
+
 def _local_device_id() -> int:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return int(os.environ.get("LOCAL_RANK", torch.distributed.get_rank() % max(1, torch.cuda.device_count())))
-    return torch.cuda.current_device()
+    """This process's GPU: the current device once torch initialised CUDA (``set_device`` respected),
+    else ``LOCAL_RANK`` modulo the GPU count. Never creates a CUDA context (``current_device()``
+    before ``set_device`` would put every torchrun rank on GPU 0)."""
+    if torch.cuda.is_initialized():
+        return torch.cuda.current_device()
+    return local_ranks()[0] % max(1, cuda_device_count())
 
 
 def choose_backend(device: str, backend: Backend) -> tuple[str, int | None, str]:
@@ -105,7 +144,7 @@ def choose_backend(device: str, backend: Backend) -> tuple[str, int | None, str]
     explicit_id = int(dev.split(":")[1]) if dev.startswith("cuda:") else None
     if backend == "torch":
         return "torch", None, "backend='torch' was requested"
-    cuda = torch.cuda.is_available()
+    cuda = cuda_device_count() > 0
     if dev not in ("auto", "cpu") and not cuda:
         raise ConfigError(f"device={device!r} but CUDA is not available; pass device='auto' to fall back to the CPU")
     if dev == "cpu" and backend == "auto":
@@ -126,6 +165,21 @@ def choose_backend(device: str, backend: Backend) -> tuple[str, int | None, str]
             return "dali-cpu", None, "backend='dali' was requested and CUDA is not available"
         return "torch", None, "CUDA is not available"
     return "dali-gpu", explicit_id if explicit_id is not None else _local_device_id(), f"device={device!r} was requested"
+
+
+def choose_start_method(requested: str | None) -> str:
+    """How DALI starts its reader workers: ``fork`` (fast, works anywhere before CUDA starts) unless the
+    CUDA driver is already initialised in this process, where DALI refuses to fork; then ``spawn``."""
+    if requested not in (None, "fork", "spawn"):
+        raise ConfigError(f"py_start_method={requested!r}; use None (automatic), 'fork' or 'spawn'")
+    initialised = cuda_driver_initialized()
+    if requested == "fork" and initialised:
+        raise ConfigError("py_start_method='fork', but the CUDA driver is already initialised in this process (by "
+                          "torch.cuda.is_available(), a CUDA tensor or another DALI pipeline) and DALI cannot fork "
+                          "then; pass py_start_method=None or 'spawn', or create the DaliLoader before any CUDA work")
+    if requested is None:
+        return "spawn" if initialised else "fork"
+    return requested
 
 
 def batches_of(rows: np.ndarray, batch_size: int, drop_last: bool) -> list[np.ndarray]:
@@ -169,14 +223,13 @@ class _DaliRunner:
 
         self.dataset, self.sampler, self.batch_size, self.drop_last = dataset, sampler, batch_size, drop_last
         self.backend = backend
-        gpu = backend == "dali-gpu"
+        self.gpu = gpu = backend == "dali-gpu"
         self.lookahead = prefetch_queue_depth + 4  # batches written ahead of consumption
         self.ring = SlotRing(capacity=4 * self.lookahead * batch_size)
         source = DrawSource(dataset.reader, dataset.spec, on_error, self.ring)  # the dataset's reader: shares its cache
-        if py_start_method is None:
-            # fork is fastest, but not after CUDA was initialised in this process.
-            py_start_method = "spawn" if (gpu and torch.cuda.is_initialized()) else "fork"
-        threads = num_workers if num_workers > 0 else (os.cpu_count() or 1)
+        py_start_method = choose_start_method(py_start_method)
+        # torchrun starts one process per GPU on a node: share the node's cores between them
+        threads = num_workers if num_workers > 0 else max(1, len(os.sched_getaffinity(0)) // local_ranks()[1])
         # Python workers only read files (checked bytes); DALI's threads decode. One reader kept up
         # with 2 decoding threads (bench: 79.9 img/s with 1 reader, 78.6 with 2, +115 MB each).
         readers = min(8, max(1, threads // 4))
@@ -293,7 +346,8 @@ class _DaliRunner:
         spec = self.dataset.spec
         labels_all = self.dataset.index.labels
         for _ in range(n_batches):
-            release_free_memory()  # the previous batch is gone by now: keep RSS flat
+            if not self.gpu:  # CPU batches churn the host heap; GPU batches live in DALI's device pools
+                release_free_memory()  # the previous batch is gone by now: keep RSS flat
             self._fill()
             _, _, expected = self._queue.popleft()
             out, served = self._run_one(expected)
@@ -341,8 +395,11 @@ class DaliLoader(EpochLoaderMixin):
         seed: seed of the default sampler.
         prefetch_queue_depth: DALI batches prepared ahead.
         hw_decoder_load: share of JPEG decoding sent to the hardware decoder (A100/H100/H200).
-        py_start_method: ``"fork"`` or ``"spawn"`` for DALI's reader workers (default: fork, or
-            spawn once CUDA is initialised in this process).
+        py_start_method: ``"fork"`` or ``"spawn"`` for DALI's reader workers (default None: fork, or
+            spawn once the CUDA driver is initialised in this process, where DALI cannot fork). Workers
+            start in ``__init__``: create loaders before ``model.cuda()`` or
+            ``torch.cuda.is_available()`` to keep fork; spawn re-imports the main script, which then
+            needs an ``if __name__ == "__main__":`` guard.
         timeout: the fallback DataLoader's batch timeout; the DALI path has none (a dead reader
             raises :class:`LoaderWorkerError` instead of hanging).
         on_error: ``"raise"`` or ``"skip"`` (default: the dataset's); see :mod:`dali_backend.reading`.

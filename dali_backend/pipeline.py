@@ -9,6 +9,7 @@ only when a DALI pipeline is built.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from .augment import AugmentSpec
@@ -30,6 +31,69 @@ def import_dali():
     return dali
 
 
+def _reflect101_extend(images, n, pad, tiles: int, axis: int):
+    """``images`` extended by ``pad`` rows (``axis=0``) or columns (``axis=1``) after its end, mirrored
+    without repeating the edge (OpenCV's ``BORDER_REFLECT_101``; a single row or column is repeated).
+
+    ``n`` is the per-sample length along ``axis`` and ``pad`` the per-sample count, ``1 <= pad <= tiles``
+    (CPU scalar nodes). Only a strip of the last ``tiles + 1`` rows is mirrored, repeatedly, so that
+    images shorter than ``pad`` get OpenCV's periodic reflection; the image itself is copied once.
+    Built from slices, flips and concatenation: the same graph runs on the CPU and the GPU.
+    """
+    import nvidia.dali.math as dmath
+    from nvidia.dali import fn
+
+    def cut(x, lo, hi):
+        return x[lo:hi] if axis == 0 else x[:, lo:hi]
+
+    r0 = dmath.min(n, tiles + 1)
+    strip, rows, need = cut(images, n - r0, n), r0, r0 + pad
+    for _ in range(max(1, math.ceil(math.log2(tiles))) + 1):  # enough doublings for a 1-pixel image
+        edge = dmath.min(rows - 1, 1)  # 1: reflect-101 skips the edge row; 0: a single row repeats
+        step = dmath.min(dmath.max(rows - 1, 1), dmath.max(need - rows, 1))
+        piece = cut(strip, rows - edge - step, rows - edge)
+        piece = fn.flip(piece, vertical=1, horizontal=0) if axis == 0 else fn.flip(piece, horizontal=1, vertical=0)
+        strip, rows = fn.cat(strip, piece, axis=axis), rows + step
+    return fn.cat(images, cut(strip, r0, need), axis=axis)
+
+
+def clahe_like_opencv(images, h, w, tiles: tuple[int, int], clip_limit: float, channels: int):
+    """OpenCV's CLAHE (``cv2.createCLAHE(clip_limit, tiles).apply``, per channel for RGB) as a DALI graph.
+
+    Two differences of DALI's GPU operator are removed here, so CPU and GPU run one graph:
+
+    * RGB: ``fn.clahe`` on the GPU accepts 3 channels only with ``luma_only=True``
+      (``dali/operators/image/clahe/clahe_op.cc``); each channel is equalised on its own instead.
+    * Sizes that are not multiples of the tile counts: OpenCV pads the image at the bottom and right
+      with reflect-101 to whole tiles (``tiles_y - h % tiles_y`` rows and ``tiles_x - w % tiles_x``
+      columns, both sides as soon as either is uneven) and interpolates the padded image's tables;
+      DALI's CUDA kernel (``clahe_op.cu``) instead sizes tiles by ceiling division and leaves trailing
+      tiles empty. Padding exactly as OpenCV does, equalising, and cropping back gives OpenCV's
+      result from either kernel (a conditional: images of whole tiles take the plain branch).
+
+    ``h`` and ``w`` are the decoded size (CPU scalar nodes, e.g. from ``fn.peek_image_shape``).
+    """
+    from nvidia.dali import fn
+
+    tx, ty = tiles
+
+    def equalise(x):
+        if channels == 1:
+            return fn.clahe(x, tiles_x=tx, tiles_y=ty, clip_limit=clip_limit, luma_only=False)
+        planes = [fn.clahe(x[:, :, c:c + 1], tiles_x=tx, tiles_y=ty, clip_limit=clip_limit, luma_only=False)
+                  for c in range(channels)]
+        return fn.cat(*planes, axis=2)
+
+    uneven = (h % ty != 0) | (w % tx != 0)
+    if uneven:
+        padded = _reflect101_extend(images, h, ty - h % ty, ty, axis=0)
+        padded = _reflect101_extend(padded, w, tx - w % tx, tx, axis=1)
+        out = equalise(padded)[0:h, 0:w]
+    else:
+        out = equalise(images)
+    return out
+
+
 def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, device: Literal["cpu", "gpu"],
                    device_id: int | None, num_threads: int, py_num_workers: int, py_start_method: str = "fork",
                    prefetch_queue_depth: int = 2, hw_decoder_load: float = 0.65, seed: int = 0):
@@ -41,24 +105,26 @@ def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, de
 
     @dali.pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id if gpu else None,
                        py_num_workers=py_num_workers, py_start_method=py_start_method,
-                       prefetch_queue_depth=prefetch_queue_depth, seed=seed, exec_dynamic=True)
+                       prefetch_queue_depth=prefetch_queue_depth, seed=seed, exec_dynamic=True,
+                       enable_conditionals=spec.clahe is not None)
     def graph():
         n_params = int(spec.rotates) + 2 * int(spec.jitters)
         jpegs, labels, slots, *params = fn.external_source(
             source=source, num_outputs=3 + n_params, batch=False, parallel=True,
             dtype=[types.UINT8, types.INT64, types.INT64] + [types.FLOAT] * n_params)
-        decode_args = {"hw_decoder_load": hw_decoder_load} if gpu else {}
+        # nvJPEG upsamples chroma differently from libjpeg-turbo unless asked for "fancy" upsampling
+        decode_args = {"hw_decoder_load": hw_decoder_load, "jpeg_fancy_upsampling": True} if gpu else {}
         images = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu",
                                    output_type=types.GRAY if spec.color == "gray" else types.RGB, **decode_args)
+        shape = fn.peek_image_shape(jpegs, dtype=types.INT32)  # after EXIF orientation, like the decoder
         if spec.clahe is not None:
-            tiles_x, tiles_y = spec.clahe.tiles
-            images = fn.clahe(images, tiles_x=tiles_x, tiles_y=tiles_y, clip_limit=float(spec.clahe.clip_limit),
-                              luma_only=False)
+            images = clahe_like_opencv(images, shape[0], shape[1], spec.clahe.tiles, float(spec.clahe.clip_limit),
+                                       channels=1 if spec.color == "gray" else 3)
         if spec.fit == "letterbox":
             import nvidia.dali.math as dmath
 
-            shape = fn.peek_image_shape(jpegs, dtype=types.FLOAT)  # after EXIF orientation, like the decoder
-            h, w = shape[0], shape[1]
+            fshape = fn.peek_image_shape(jpegs, dtype=types.FLOAT)
+            h, w = fshape[0], fshape[1]
             s = dmath.min(float(spec.width) / w, float(spec.height) / h)
             new_h = dmath.max(dmath.floor(h * s + 0.5), 1.0)
             new_w = dmath.max(dmath.floor(w * s + 0.5), 1.0)

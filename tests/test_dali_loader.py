@@ -36,7 +36,7 @@ def ds(defect_index):
 
 # ----------------------------------------------------------------------------------- backend choice
 def test_auto_without_cuda_falls_back_with_one_log_line(ds, caplog, monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     with caplog.at_level(logging.INFO, logger="dali_backend"):
         loader = DaliLoader(ds, batch_size=4)
     assert loader.backend == "torch"
@@ -48,7 +48,7 @@ def test_auto_without_cuda_falls_back_with_one_log_line(ds, caplog, monkeypatch)
 def test_explicit_choices_and_errors(ds, monkeypatch):
     assert DaliLoader(ds, device="cpu").backend == "torch"
     assert DaliLoader(ds, backend="torch").backend == "torch"
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     with pytest.raises(ConfigError, match="device='cuda' but CUDA is not available"):
         DaliLoader(ds, device="cuda")
     with pytest.raises(ConfigError, match="backend='tf'"):

@@ -1,0 +1,123 @@
+"""CLAHE in the DALI graph equals OpenCV's at every size, on the CPU and (by its kernel's model) on the GPU.
+
+DALI's GPU CLAHE refuses RGB with ``luma_only=False`` and sizes its tiles by ceiling division where
+OpenCV pads with reflect-101 to whole tiles; ``pipeline.clahe_like_opencv`` splits channels and pads
+as OpenCV does, in one graph for both devices. CI runs that graph with CPU operators; the numpy
+model of the CUDA kernel (``clahe_gpu_model``) shows what the GPU would compute from the padded
+input; the CUDA-marked cases check the real GPU where there is one.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from clahe_gpu_model import dali_gpu_clahe, opencv_padding
+from conftest import cuda_available
+
+needs_cuda = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
+SIZES = [(1536, 2048), (1234, 1624), (300, 400), (33, 257), (7, 5), (1, 1), (2, 3), (3000, 12), (12, 3000), (64, 64),
+         (65, 9)]
+TILES = [(8, 8), (5, 3)]
+DEVICES = ["cpu", pytest.param("gpu", marks=[pytest.mark.cuda, needs_cuda])]
+
+
+def texture(h: int, w: int, channels: int = 1, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng([seed, h, w])
+    y, x = np.mgrid[0:h, 0:w]
+    planes = [np.clip(120 + 40 * np.sin(x / (37.0 + 9 * c)) + 30 * np.cos(y / 23.0) + rng.normal(0, 10, (h, w)), 0, 255)
+              for c in range(channels)]
+    return np.stack(planes, axis=-1).astype(np.uint8)
+
+
+def opencv_clahe(img: np.ndarray, tiles, clip: float = 2.0) -> np.ndarray:
+    cl = cv2.createCLAHE(clip, tuple(tiles))
+    return np.stack([cl.apply(np.ascontiguousarray(img[..., c])) for c in range(img.shape[-1])], axis=-1)
+
+
+def run_graph(images: list[np.ndarray], build, device: str) -> list[np.ndarray]:
+    """Outputs of ``build(images_node, h_node, w_node)`` for each image (HWC uint8), batch of all."""
+    import nvidia.dali as dali
+    from nvidia.dali import fn, types
+
+    @dali.pipeline_def(batch_size=len(images), num_threads=2, device_id=0 if device == "gpu" else None,
+                       enable_conditionals=True, exec_dynamic=True)
+    def pipe():
+        x = fn.external_source(source=lambda: images, layout="HWC", dtype=types.UINT8)
+        hw = fn.external_source(source=lambda: [np.array(im.shape[:2], np.int32) for im in images], dtype=types.INT32)
+        if device == "gpu":
+            x = x.gpu()
+        return build(x, hw[0], hw[1])
+
+    p = pipe()
+    p.build()
+    (out,) = p.run()
+    if device == "gpu":
+        out = out.as_cpu()
+    return [np.array(out[i]) for i in range(len(images))]
+
+
+@pytest.mark.parametrize("tiles", TILES)
+def test_padding_is_opencv_reflect101_with_its_rule(tiles):
+    from dali_backend.pipeline import _reflect101_extend
+
+    tx, ty = tiles
+    images = [texture(h, w, 1, seed=1) for h, w in SIZES if (h % ty or w % tx) and h * w < 1e6]
+
+    def build(x, h, w):
+        x = _reflect101_extend(x, h, ty - h % ty, ty, axis=0)
+        return _reflect101_extend(x, w, tx - w % tx, tx, axis=1)
+
+    for img, got in zip(images, run_graph(images, build, "cpu")):
+        py, px = opencv_padding(*img.shape[:2], tx, ty)
+        want = cv2.copyMakeBorder(img[..., 0], 0, py, 0, px, cv2.BORDER_REFLECT_101)
+        np.testing.assert_array_equal(got[..., 0], want, err_msg=f"{img.shape[:2]}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("tiles", TILES)
+def test_graph_clahe_equals_opencv_at_every_size(device, channels, tiles):
+    from dali_backend.pipeline import clahe_like_opencv
+
+    images = [texture(h, w, channels, seed=2) for h, w in SIZES]
+    outs = run_graph(images, lambda x, h, w: clahe_like_opencv(x, h, w, tiles, 2.0, channels), device)
+    for img, got in zip(images, outs):
+        want = opencv_clahe(img, tiles)
+        assert got.shape == want.shape
+        diff = np.abs(got.astype(int) - want.astype(int))
+        if device == "cpu":  # DALI's CPU kernel is OpenCV's: exact
+            assert diff.max() == 0, f"{img.shape}: max {diff.max()}"
+        else:  # the CUDA kernel rounds its tables half up (OpenCV: to even): 1 level at most, rare but for tiny tiles
+            assert diff.max() <= 1 and diff.mean() < 0.15, f"{img.shape}: max {diff.max()} mean {diff.mean():.4f}"
+
+
+@pytest.mark.parametrize("h, w", SIZES)
+def test_gpu_kernel_model_with_opencv_padding_is_within_one_level(h, w):
+    img = texture(h, w)[..., 0]
+    want = cv2.createCLAHE(2.0, (8, 8)).apply(img)
+    py, px = opencv_padding(h, w, 8, 8)
+    padded = cv2.copyMakeBorder(img, 0, py, 0, px, cv2.BORDER_REFLECT_101)
+    got = dali_gpu_clahe(padded)[:h, :w]
+    diff = np.abs(got.astype(int) - want.astype(int))
+    assert diff.max() <= 1 and diff.mean() < 0.15, f"{w}x{h}: max {diff.max()} mean {diff.mean():.4f}"
+
+
+@pytest.mark.parametrize("h, w", [(33, 257), (7, 5), (300, 400), (3000, 12)])
+def test_gpu_kernel_model_without_padding_differs(h, w):
+    """The fault the padding removes: the CUDA kernel alone leaves trailing tiles empty (black edges)."""
+    img = texture(h, w)[..., 0]
+    diff = np.abs(dali_gpu_clahe(img).astype(int) - cv2.createCLAHE(2.0, (8, 8)).apply(img).astype(int))
+    assert diff.mean() > 1.0
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_gpu_refuses_rgb_per_channel_clahe_directly():
+    """Why the graph splits channels: DALI's GPU CLAHE needs luma_only=True for 3 channels."""
+    from nvidia.dali import fn
+
+    with pytest.raises(RuntimeError, match="luma_only"):
+        run_graph([texture(64, 64, 3)], lambda x, h, w: fn.clahe(x, tiles_x=8, tiles_y=8, clip_limit=2.0,
+                                                                 luma_only=False), "gpu")
