@@ -37,7 +37,7 @@ def _run(graph_fn, inputs: list, device: str, batch_size: int):
     n = len(inputs)
     gpu = device == "gpu"
 
-    @pipeline_def(batch_size=batch_size, num_threads=2, device_id=0 if gpu else None, exec_dynamic=True,
+    @pipeline_def(batch_size=batch_size, num_threads=2, device_id=0 if gpu else None, exec_dynamic=True, enable_conditionals=True,
                   prefetch_queue_depth=1)
     def pipe():
         return graph_fn(gpu)
@@ -76,50 +76,73 @@ def test_images(seed: int = 0) -> list[np.ndarray]:
     return imgs
 
 
-def compare_operations(device: str = "cpu", images: list[np.ndarray] | None = None,
-                       spec: AugmentSpec | None = None) -> dict[str, dict]:
-    """Per-operation agreement of DALI (``device``) with the fallback on gray images."""
+def operation_checks(device: str = "cpu", images: list[np.ndarray] | None = None,
+                     spec: AugmentSpec | None = None) -> dict:
+    """``{name: () -> stats}``: one zero-argument check per operation, DALI (``device``) vs the fallback."""
     from nvidia.dali import fn, types
+
+    from dali_backend.pipeline import clahe_like_opencv
 
     spec = spec or AugmentSpec()
     images = images if images is not None else test_images()
     gray = [im[:, :, None] for im in images]
-    results = {}
-
-    # decode: encode each image, decode on both sides
-    encoded = [np.frombuffer(cv2.imencode(".jpg", im, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes(), np.uint8)
-               for im in images]
-    dali_dec = _run(lambda gpu: fn.decoders.image(_src(0, False, None), device="mixed" if gpu else "cpu",
-                                                  output_type=types.GRAY), [(e,) for e in encoded], device, 4)
-    results["decode"] = diff_stats([d[:, :, 0] for d in dali_dec], [ops.decode(e, "gray") for e in encoded])
-
     clahe = spec.clahe or Clahe()
-    dali_clahe = _run(lambda gpu: fn.clahe(_src(0, gpu), tiles_x=clahe.tiles[0], tiles_y=clahe.tiles[1],
-                                           clip_limit=float(clahe.clip_limit), luma_only=False),
-                      [(g,) for g in gray if min(g.shape[:2]) >= 8], device, 4)
-    results["clahe"] = diff_stats([d[:, :, 0] for d in dali_clahe],
-                                  [ops.clahe(im, spec) for im in images if min(im.shape) >= 8])
-
     h, w = spec.height, spec.width
-    dali_rs = _run(lambda gpu: fn.resize(_src(0, gpu), resize_x=w, resize_y=h, antialias=True,
-                                         interp_type=types.INTERP_LINEAR), [(g,) for g in gray], device, 4)
-    results["resize"] = diff_stats([d[:, :, 0] for d in dali_rs], [ops.resize(im, h, w) for im in images])
-
     small = [ops.resize(im, h, w) for im in images]
     angles = [np.array(a, np.float32) for a in np.linspace(-spec.rotate_deg or -5, spec.rotate_deg or 5, len(small))]
-    dali_rot = _run(lambda gpu: fn.rotate(_src(0, gpu), angle=_src(1, False, None), keep_size=True, fill_value=0,
-                                          interp_type=types.INTERP_LINEAR),
-                    [(s[:, :, None], a) for s, a in zip(small, angles)], device, 4)
-    results["rotate"] = diff_stats([d[:, :, 0] for d in dali_rot], [ops.rotate(s, float(a)) for s, a in zip(small, angles)])
-
     bs = [np.array(v, np.float32) for v in np.linspace(0.9, 1.1, len(small))]
     cs = [np.array(v, np.float32) for v in np.linspace(1.1, 0.9, len(small))]
-    dali_bc = _run(lambda gpu: fn.brightness_contrast(_src(0, gpu), brightness=_src(1, False, None),
-                                                      contrast=_src(2, False, None), contrast_center=128.0),
-                   [(s[:, :, None], b, c) for s, b, c in zip(small, bs, cs)], device, 4)
-    results["jitter"] = diff_stats([d[:, :, 0] for d in dali_bc],
-                                   [ops.jitter(s, float(b), float(c)) for s, b, c in zip(small, bs, cs)])
-    return results
+
+    def decode(color: str):
+        flag = [cv2.IMWRITE_JPEG_QUALITY, 90]
+        srcs = images if color == "gray" else [cv2.applyColorMap(im, cv2.COLORMAP_JET) for im in images]
+        encoded = [np.frombuffer(cv2.imencode(".jpg", im, flag)[1].tobytes(), np.uint8) for im in srcs]
+        out_type = types.GRAY if color == "gray" else types.RGB
+        extra = {"jpeg_fancy_upsampling": True} if device == "gpu" else {}
+        got = _run(lambda gpu: fn.decoders.image(_src(0, False, None), device="mixed" if gpu else "cpu",
+                                                 output_type=out_type, **extra), [(e,) for e in encoded], device, 4)
+        got = [d[:, :, 0] for d in got] if color == "gray" else got
+        return diff_stats(got, [ops.decode(e, color) for e in encoded])
+
+    def clahe_op(channels: int):
+        srcs = gray if channels == 1 else [np.stack([g[..., 0], 255 - g[..., 0], g[..., 0] // 2], axis=-1) for g in gray]
+        shapes = [np.array(x.shape[:2], np.int32) for x in srcs]
+        def graph(gpu):
+            hw = _src(1, False, None)
+            return clahe_like_opencv(_src(0, gpu), hw[0], hw[1], clahe.tiles, float(clahe.clip_limit), channels)
+
+        got = _run(graph, list(zip(srcs, shapes)), device, 4)
+        want = [np.stack([ops.clahe(np.ascontiguousarray(x[..., c]), spec) for c in range(channels)], axis=-1)
+                for x in srcs]
+        return diff_stats(got, want)
+
+    return {
+        "decode": lambda: decode("gray"),
+        "decode-rgb": lambda: decode("rgb"),
+        "clahe": lambda: clahe_op(1),
+        "clahe-rgb": lambda: clahe_op(3),
+        "resize": lambda: diff_stats(
+            [d[:, :, 0] for d in _run(lambda gpu: fn.resize(_src(0, gpu), resize_x=w, resize_y=h, antialias=True,
+                                                            interp_type=types.INTERP_LINEAR),
+                                      [(g,) for g in gray], device, 4)], small),
+        "rotate": lambda: diff_stats(
+            [d[:, :, 0] for d in _run(lambda gpu: fn.rotate(_src(0, gpu), angle=_src(1, False, None), keep_size=True,
+                                                            fill_value=0, interp_type=types.INTERP_LINEAR),
+                                      [(x[:, :, None], a) for x, a in zip(small, angles)], device, 4)],
+            [ops.rotate(x, float(a)) for x, a in zip(small, angles)]),
+        "jitter": lambda: diff_stats(
+            [d[:, :, 0] for d in _run(lambda gpu: fn.brightness_contrast(_src(0, gpu), brightness=_src(1, False, None),
+                                                                         contrast=_src(2, False, None),
+                                                                         contrast_center=128.0),
+                                      [(x[:, :, None], b, c) for x, b, c in zip(small, bs, cs)], device, 4)],
+            [ops.jitter(x, float(b), float(c)) for x, b, c in zip(small, bs, cs)]),
+    }
+
+
+def compare_operations(device: str = "cpu", images: list[np.ndarray] | None = None,
+                       spec: AugmentSpec | None = None) -> dict[str, dict]:
+    """Per-operation agreement of DALI (``device``) with the fallback on gray images (CLAHE also RGB)."""
+    return {name: check() for name, check in operation_checks(device, images, spec).items()}
 
 
 def compare_end_to_end(dataset, draws, device: str = "cpu", batch_size: int = 8) -> dict:
@@ -170,21 +193,34 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore", module="nvidia")
-    rows = {f"op:{k}": v for k, v in compare_operations(args.device).items()}
+    rows: dict[str, dict] = {}
+    print(f"{'comparison (DALI ' + args.device + ' vs fallback)':40s} {'mean':>9s} {'p99.9':>6s} {'max':>4s} {'pixels':>10s}",
+          flush=True)
+
+    def record(name: str, check) -> None:
+        """Measure one row, print it and rewrite the JSON at once: a failing row never hides the others."""
+        try:
+            s = rows[name] = check()
+            print(f"{name:40s} {s['mean']:9.5f} {s['p999']:6.2f} {s['max']:4d} {s['pixels']:10d}", flush=True)
+        except Exception as e:  # noqa: BLE001 - reported in the table and the JSON
+            rows[name] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+            print(f"{name:40s} FAILED: {rows[name]['error'][:300]}", flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=2)
+
+    for name, check in operation_checks(args.device).items():
+        record(f"op:{name}", check)
     w, h = (int(v) for v in args.size.split("x"))
     with tempfile.TemporaryDirectory() as tmp:
         root = generate_defect_dataset(tmp, n=args.images, size=(w, h), seed=5, progress=False)
         index = SampleIndex.from_folder(root, progress=False)
         for color in ("gray", "rgb"):
             ds = ImageDataset(index, AugmentSpec(color=color), seed=3)
-            rows[f"end-to-end:{color}"] = compare_end_to_end(ds, WeightedSampler(index, seed=1), device=args.device)
-    print(f"{'comparison (DALI ' + args.device + ' vs fallback)':40s} {'mean':>9s} {'p99.9':>6s} {'max':>4s} {'pixels':>10s}")
-    for name, s in rows.items():
-        print(f"{name:40s} {s['mean']:9.5f} {s['p999']:6.2f} {s['max']:4d} {s['pixels']:10d}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
-    return 0
+            record(f"end-to-end:{color}",
+                   lambda ds=ds: compare_end_to_end(ds, WeightedSampler(index, seed=1), device=args.device))
+    failed = [k for k, v in rows.items() if "error" in v]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -26,3 +26,15 @@ def test_bench_smoke(tmp_path):
     assert data["machine"]["cores"] >= 1 and data["machine"]["data"]["images"] == 12
     assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     assert "img/s" in proc.stdout
+
+
+def test_gpu_check_script_parses_and_its_probe_runs_on_the_cpu(tmp_path):
+    """The GPU machine is lent for minutes: the check script must not fail on a typo."""
+    import json
+
+    subprocess.run(["bash", "-n", str(ROOT / "bench" / "gpu_check.sh")], check=True)
+    proc = subprocess.run([sys.executable, "-m", "bench.gpu_probe", "decode", "--dry-run", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "decode.json").read_text())
+    assert result["ok"] and result["max_diff"] == 0 and result["shape"] == [480, 640, 3]
