@@ -21,7 +21,17 @@ import numpy as np
 from .errors import ConfigError
 
 log = logging.getLogger("dali_backend")
-STATE_VERSION = 1
+STATE_VERSION = 2
+STATE_KEYS = ("version", "epoch", "batches_done", "batches_per_epoch", "batch_size", "index_fingerprint", "sampler")
+
+
+def sampler_identity(sampler, dataset) -> dict:
+    """What must not change between saving and resuming: the draw and the augmentation seed."""
+    ident = {"type": type(sampler).__name__, "len": len(sampler), "augment_seed": int(getattr(dataset, "seed", 0))}
+    for name in ("seed", "mode", "num_samples", "replacement", "rank", "world_size", "drop_last"):
+        if hasattr(sampler, name) and isinstance(getattr(sampler, name), (bool, int, str)):
+            ident[name] = getattr(sampler, name)
+    return ident
 
 
 @dataclass
@@ -47,6 +57,7 @@ class EpochLoaderMixin:
     epoch: int = 0
     _resume: tuple[int, int] | None = None  # (epoch, batches already yielded)
     _batches_done: int = 0
+    _progress_epoch: int | None = None  # the epoch _batches_done counts
     _stats: EpochStats | None = None
 
     def set_epoch(self, epoch: int) -> None:
@@ -78,7 +89,7 @@ class EpochLoaderMixin:
         draws = len(self.sampler)
         used = len(self) * self.batch_size if self.drop_last else draws
         self._stats = EpochStats(epoch, draws, dropped=draws - used, resumed=min(start * self.batch_size, used))
-        self._batches_done = start
+        self._batches_done, self._progress_epoch = start, epoch
         return start
 
     def _account(self, planned: np.ndarray, served: np.ndarray, positions: np.ndarray) -> None:
@@ -112,15 +123,35 @@ class EpochLoaderMixin:
 
     # ------------------------------------------------------------------ resumption
     def state_dict(self) -> dict:
-        """Where this loader stands: the epoch and the batches of it already yielded."""
-        return {"version": STATE_VERSION, "epoch": self._sampler_epoch(), "batches_done": self._batches_done,
-                "batches_per_epoch": len(self), "batch_size": self.batch_size,
-                "index_fingerprint": self.dataset.index.fingerprint}
+        """Where this loader stands: the selected epoch and the batches of it already yielded.
+
+        Taken after ``set_epoch(e)`` and before ``e``'s first batch, it says epoch ``e``, 0 batches done
+        (not the previous epoch's count). A pending resumption not yet iterated is kept as it is.
+        """
+        epoch = self._sampler_epoch()
+        if self._resume is not None and self._resume[0] == epoch:
+            done = self._resume[1]
+        else:
+            done = self._batches_done if self._progress_epoch == epoch else 0
+        return {"version": STATE_VERSION, "epoch": epoch, "batches_done": done, "batches_per_epoch": len(self),
+                "batch_size": self.batch_size, "index_fingerprint": self.dataset.index.fingerprint,
+                "sampler": sampler_identity(self.sampler, self.dataset)}
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume: the next iteration of ``state["epoch"]`` yields only the batches not yet yielded."""
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise ConfigError(f"load_state_dict: not a state of this loader (version {state.get('version') if isinstance(state, dict) else None!r})")
+        """Resume: the next iteration of ``state["epoch"]`` yields only the batches not yet yielded.
+
+        Refuses (:class:`ConfigError`) a state of another format, with missing keys or values out of
+        range, or saved with another index, batch size, sampler (type, seed, length, rank...) or
+        augmentation seed: resuming it would silently repeat or skip samples.
+        """
+        if not isinstance(state, dict):
+            raise ConfigError(f"load_state_dict: expected the dict state_dict() returned, got {type(state).__name__}")
+        if state.get("version") != STATE_VERSION:
+            raise ConfigError(f"load_state_dict: state version {state.get('version')!r}; this loader reads version "
+                              f"{STATE_VERSION} (saved by another release of dali_backend: restart the epoch instead)")
+        missing = [k for k in STATE_KEYS if k not in state]
+        if missing:
+            raise ConfigError(f"load_state_dict: the state lacks {missing}; pass the dict state_dict() returned, whole")
         if state["index_fingerprint"] != self.dataset.index.fingerprint:
             raise ConfigError("load_state_dict: the state was saved with another sample index (fingerprints differ); "
                               "resume with the same index file")
@@ -128,6 +159,19 @@ class EpochLoaderMixin:
             raise ConfigError(f"load_state_dict: saved with batch_size={state['batch_size']} and "
                               f"{state['batches_per_epoch']} batches per epoch; this loader has {self.batch_size} and "
                               f"{len(self)}. Use the same batch_size, sampler and drop_last")
-        self.set_epoch(int(state["epoch"]))
-        self._resume = (int(state["epoch"]), int(state["batches_done"]))
-        self._batches_done = int(state["batches_done"])
+        mine = sampler_identity(self.sampler, self.dataset)
+        theirs = state["sampler"] if isinstance(state["sampler"], dict) else {}
+        differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        if differ:
+            shown = ", ".join(f"{k} {theirs.get(k)!r} -> {mine.get(k)!r}" for k in differ)
+            raise ConfigError(f"load_state_dict: the sampler or augmentation differs from the saved one ({shown}); "
+                              "resume with the same sampler arguments and dataset seed")
+        epoch, done = state["epoch"], state["batches_done"]
+        if not isinstance(epoch, (int, np.integer)) or isinstance(epoch, bool) or epoch < 0:
+            raise ConfigError(f"load_state_dict: epoch={epoch!r}; must be a non-negative integer")
+        if not isinstance(done, (int, np.integer)) or isinstance(done, bool) or not 0 <= done <= len(self):
+            raise ConfigError(f"load_state_dict: batches_done={done!r}; must lie in [0, {len(self)}] "
+                              "(the batches per epoch)")
+        self.set_epoch(int(epoch))
+        self._resume = (int(epoch), int(done))
+        self._batches_done, self._progress_epoch = int(done), int(epoch)

@@ -57,3 +57,7 @@ class MissingDependencyError(DaliBackendError, ImportError):
 
 class LoaderWorkerError(DaliBackendError, RuntimeError):
     """A worker process of a loader died (killed, crashed, out of memory); the loader cannot continue."""
+
+
+class LoaderClosedError(DaliBackendError, RuntimeError):
+    """A loader (or an iterator of it) was used after ``close()``."""

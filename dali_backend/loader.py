@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
+import queue
 import threading
 import weakref
 from collections import deque
@@ -24,51 +24,49 @@ import numpy as np
 import torch
 
 from .epochs import EpochLoaderMixin
-from .errors import BadImageError, ConfigError, LoaderWorkerError
+from .errors import BadImageError, ConfigError, LoaderClosedError, LoaderWorkerError
 from .memory import release_free_memory
 from .sampler import Draw, WeightedSampler
 from .reading import check_on_error
-from .schedule import KIND_DRAW, KIND_PAD, DrawSource, SlotRing
+from .schedule import KIND_DRAW, KIND_PAD, SERVED_BAD, DrawSource, SlotRing
 from .tensors import normalize
+from .workers import starting_workers
 
 log = logging.getLogger("dali_backend")
 Backend = Literal["auto", "dali", "torch"]
 
-# A process forked while a DALI pipeline exists (a fallback DataLoader worker, say) must never run
-# the pipeline's destructor: its threads do not exist there. Children keep every runner alive.
+# A process forked while a DALI pipeline exists (a fallback DataLoader worker, or a user's os.fork())
+# must never run the pipeline's destructor or DALI's exit hook: the pipeline's threads do not exist
+# there, and both hang or abort (measured: a forked child's sys.exit() hung in Pipeline._shutdown or
+# died of SIGABRT). The child forgets the parent's pipelines and worker processes and leaks them.
 _LIVE_RUNNERS: weakref.WeakSet = weakref.WeakSet()
 _CHILD_KEEPALIVE: list = []
 
 
-def _keep_runners_in_child() -> None:
-    _CHILD_KEEPALIVE.extend(_LIVE_RUNNERS)
-
-
-os.register_at_fork(after_in_child=_keep_runners_in_child)
-
-_sigchld_installed = False
-
-
-def _install_sigchld_handler() -> None:
-    """Raise in the main thread when a DALI reader worker dies (as DataLoader does for its workers).
-
-    Without it the main thread can block forever in DALI's queue (measured: a killed reader hung the
-    next batch). The previous handler (torch's, say) is chained. Only possible from the main thread.
-    """
-    global _sigchld_installed
-    if _sigchld_installed or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGCHLD"):
+def _forget_pipelines_in_child() -> None:
+    if not _LIVE_RUNNERS:
         return
-    previous = signal.getsignal(signal.SIGCHLD)
+    import ctypes
+    import multiprocessing.process as mp_process
 
-    def handler(signum, frame):
-        if callable(previous):
-            previous(signum, frame)
-        for runner in list(_LIVE_RUNNERS):
-            if runner.in_flight:  # only while blocked in DALI; otherwise the next batch's check reports it
-                runner.check_workers()
+    for runner in list(_LIVE_RUNNERS):
+        for obj in (runner, runner.pipe, runner.iterator):
+            if obj is not None:
+                ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))  # never freed in this process
+                _CHILD_KEEPALIVE.append(obj)
+    try:
+        from nvidia.dali.pipeline import Pipeline
 
-    signal.signal(signal.SIGCHLD, handler)
-    _sigchld_installed = True
+        Pipeline._pipes.clear()  # DALI's atexit hook would shut the parent's pipelines down from here
+    except (ImportError, AttributeError):
+        pass
+    # DALI's reader workers are the parent's children, not ours: multiprocessing's exit hook would join them
+    for proc in list(getattr(mp_process, "_children", ())):
+        if getattr(proc, "_parent_pid", os.getpid()) != os.getpid():
+            mp_process._children.discard(proc)
+
+
+os.register_at_fork(after_in_child=_forget_pipelines_in_child)
 
 
 def _process_dead(pid: int) -> bool:
@@ -211,21 +209,89 @@ def plan_stream(key, rows: np.ndarray, sampler, batch_size: int, drop_last: bool
         yield "pad", 0, pad
 
 
+class _PipelineFailed(Exception):
+    """DALI's pipeline raised (its decoder refused a file, typically); the pipeline is unusable now."""
+
+    def __init__(self, error: BaseException, in_flight: list[np.ndarray]):
+        super().__init__(str(error))
+        self.error, self.in_flight = error, in_flight
+
+
+class _PipelineThread:
+    """Runs DALI's iterator in a thread of its own; the iterating thread waits with a short timeout.
+
+    DALI can block forever when a reader worker dies mid-batch (inside ``multiprocessing``'s
+    ``Condition.notify``: the dead worker never wakes). Waiting here instead, in whatever thread
+    iterates, lets that thread notice the death within ``POLL_S`` and raise; and a Ctrl-C during the
+    wait leaves the request running to completion, so the loader stays consistent.
+    """
+
+    POLL_S = 0.1
+
+    def __init__(self):
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._results: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name="dali-backend-pipeline", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            fn = self._requests.get()
+            if fn is None:
+                return
+            try:
+                self._results.put((True, fn()))
+            except BaseException as e:  # handed to the waiting thread
+                self._results.put((False, e))
+
+    def submit(self, fn) -> None:
+        self._requests.put(fn)
+
+    def wait(self, poll):
+        """The next result; ``poll()`` runs between timeouts (it raises to give up)."""
+        while True:
+            try:
+                ok, value = self._results.get(timeout=self.POLL_S)
+            except queue.Empty:
+                poll()
+                continue
+            if ok:
+                return value
+            raise value
+
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Stop the thread; False if it is stuck in DALI (then its pipeline must never be destroyed)."""
+        self._requests.put(None)
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+
+_STUCK: list = []  # pipelines whose thread never came back: destroying them would hang
+
+
 class _DaliRunner:
-    """Runs the DALI pipeline over an endless slot stream and cuts it into exact epochs."""
+    """Runs the DALI pipeline over an endless slot stream and cuts it into exact epochs.
+
+    ``broken`` is set when the pipeline can no longer be trusted (DALI raised, a worker died, an
+    interruption at an unknown point); the loader then builds a new runner for the next batch or pass.
+    """
 
     def __init__(self, dataset, sampler, batch_size: int, drop_last: bool, backend: str, device_id: int | None,
                  num_workers: int, prefetch_queue_depth: int, hw_decoder_load: float, py_start_method: str | None,
                  on_error: str):
         from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-        from .pipeline import build_pipeline
+        from . import pipeline
 
         self.dataset, self.sampler, self.batch_size, self.drop_last = dataset, sampler, batch_size, drop_last
-        self.backend = backend
+        self.backend, self.on_error = backend, on_error
         self.gpu = gpu = backend == "dali-gpu"
         self.lookahead = prefetch_queue_depth + 4  # batches written ahead of consumption
         self.ring = SlotRing(capacity=4 * self.lookahead * batch_size)
+        self.pipe = self.iterator = self._caller = None
+        self.broken: BaseException | None = None
+        self.closed = False
+        self._pid = os.getpid()
         source = DrawSource(dataset.reader, dataset.spec, on_error, self.ring)  # the dataset's reader: shares its cache
         py_start_method = choose_start_method(py_start_method)
         # torchrun starts one process per GPU on a node: share the node's cores between them
@@ -233,37 +299,42 @@ class _DaliRunner:
         # Python workers only read files (checked bytes); DALI's threads decode. One reader kept up
         # with 2 decoding threads (bench: 79.9 img/s with 1 reader, 78.6 with 2, +115 MB each).
         readers = min(8, max(1, threads // 4))
-        self.pipe = build_pipeline(dataset.spec, source, batch_size, device="gpu" if gpu else "cpu", device_id=device_id,
-                                   num_threads=threads, py_num_workers=readers,
-                                   py_start_method=py_start_method, prefetch_queue_depth=prefetch_queue_depth,
-                                   hw_decoder_load=hw_decoder_load, seed=dataset.seed)
-        self.pipe.build()
+        try:
+            self.pipe = pipeline.build_pipeline(dataset.spec, source, batch_size, device="gpu" if gpu else "cpu",
+                                                device_id=device_id, num_threads=threads, py_num_workers=readers,
+                                                py_start_method=py_start_method,
+                                                prefetch_queue_depth=prefetch_queue_depth,
+                                                hw_decoder_load=hw_decoder_load, seed=dataset.seed)
+            with starting_workers():
+                self.pipe.build()
+        except BaseException:
+            self.close()
+            raise
         pool = getattr(self.pipe, "_py_pool", None)
         self._worker_pids = list(pool.pids()) if pool is not None and hasattr(pool, "pids") else []
-        self._dead_reported = False
         self.iterator = DALIGenericIterator([self.pipe], ["images", "labels", "slots"], auto_reset=False,
                                             prepare_first_batch=False)
         self.device = torch.device("cuda", device_id) if gpu else torch.device("cpu")
         self._queue: deque = deque()  # (key, batch_no, rows [B, 5]) written to the ring, not yet consumed
         self._stream = None
         self._next_slot = 0
-        self._failed: BaseException | None = None
-        self._pid = os.getpid()
-        self.in_flight = False
+        self._pending = 0  # requests sent to the pipeline thread whose result is not taken yet
+        self._clean_interrupt = False
+        self._caller = _PipelineThread()
         _LIVE_RUNNERS.add(self)
-        _install_sigchld_handler()
 
     def check_workers(self) -> None:
         """Raise :class:`LoaderWorkerError` if one of this pipeline's reader workers has died."""
-        if self.pipe is None or self._dead_reported or os.getpid() != self._pid or not self._worker_pids:
+        if self.closed or os.getpid() != self._pid:
             return
         for pid in self._worker_pids:
             if _process_dead(pid):
-                self._dead_reported = True
-                self._failed = LoaderWorkerError(
+                error = LoaderWorkerError(
                     f"DALI's Python reader worker (pid {pid}) died (killed by a signal, crashed or out of memory); "
-                    "this DaliLoader cannot continue: create a new one (and check the system log for the OOM killer)")
-                raise self._failed
+                    "this pass over the data stops here, and the next one starts new workers (check the system log "
+                    "for the OOM killer)")
+                self.broken = self.broken or error
+                raise error
 
     # ------------------------------------------------------------------ planning
     def epoch_plan(self, loader_epoch: int) -> tuple[object, np.ndarray]:
@@ -291,33 +362,52 @@ class _DaliRunner:
         while len(self._queue) < self.lookahead:
             key, b, rows = next(self._stream)
             slots = np.arange(self._next_slot, self._next_slot + len(rows), dtype=np.int64)
-            self._next_slot += len(rows)
             for slot, r in zip(slots, rows):
                 self.ring.write(int(slot), int(r[0]), int(r[1]), int(r[2]), int(r[3]))
+            self._next_slot += len(rows)
             self._queue.append((key, b, np.concatenate([slots[:, None], rows], axis=1)))
 
     # ------------------------------------------------------------------ running
+    def _produce(self):
+        """In the pipeline thread: DALI's next batch (and, on the GPU, an event marking its copy done)."""
+        out = next(self.iterator)[0]
+        if not self.gpu:
+            return out, None
+        done = torch.cuda.Event()
+        done.record(torch.cuda.current_stream(self.device))
+        return out, done
+
+    def _take(self):
+        """The oldest outstanding result, waited for in this thread (any thread) while watching the workers."""
+        try:
+            value = self._caller.wait(self.check_workers)
+        except KeyboardInterrupt:
+            self._clean_interrupt = True  # the request runs on in DALI's thread; a later call drops its result
+            raise
+        self._pending -= 1
+        return value
+
+    def _call(self):
+        self._caller.submit(self._produce)
+        self._pending += 1
+        while self._pending > 1:
+            self._take()  # a batch an interrupted wait left behind: dropped (it was stale already)
+        out, done = self._take()
+        if done is not None:  # the caller's stream (maybe not the default one) waits for DALI's copy
+            torch.cuda.current_stream(self.device).wait_event(done)
+        return out
+
     def _run_one(self, expected: np.ndarray):
-        if self._failed is not None:
-            raise LoaderWorkerError("the DALI pipeline failed earlier and cannot continue; create a new DaliLoader") from self._failed
         self.check_workers()
         try:
-            self.in_flight = True
-            out = next(self.iterator)[0]
+            out = self._call()
+        except (KeyboardInterrupt, LoaderWorkerError):
+            raise
         except StopIteration as e:
-            raise RuntimeError("DALI ended the stream unexpectedly") from e
-        except LoaderWorkerError:
-            raise
-        except Exception as e:  # DALI re-raises worker errors with their text
-            self._failed = e
+            raise RuntimeError("DALI ended the stream unexpectedly; this is a bug in dali_backend, please report it") from e
+        except Exception as e:  # DALI raised: its pipeline is invalid from now on
             self.check_workers()  # "Worker data receiving interrupted": say which worker died
-            text = str(e)
-            marker = "BadImageError: "
-            if marker in text:
-                raise BadImageError(text[text.index(marker) + len(marker):].splitlines()[0]) from e
-            raise
-        finally:
-            self.in_flight = False
+            raise _PipelineFailed(e, [expected] + [rows for _, _, rows in self._queue]) from e
         meta = out["slots"].cpu().numpy().reshape(len(expected), -1)
         if not np.array_equal(meta[:, :5], expected):
             raise RuntimeError(f"DALI returned slots {meta[:, 0].tolist()} where {expected[:, 0].tolist()} were planned; "
@@ -333,6 +423,33 @@ class _DaliRunner:
             _, _, rows = self._queue.popleft()
             self._run_one(rows)  # the outputs of stale batches are dropped
 
+    def _guarded(self, fn, *args):
+        """Run a step; anything but a clean interruption or a bad file leaves the runner broken."""
+        if self.closed:
+            raise LoaderClosedError("the DaliLoader was closed while this iterator was open; start a new pass "
+                                    "with a new DaliLoader")
+        if self.broken is not None:
+            raise LoaderWorkerError("the DALI pipeline of this pass failed earlier; iterate the loader again "
+                                    "to start a new one") from self.broken
+        self._clean_interrupt = False
+        try:
+            return fn(*args)
+        except KeyboardInterrupt:
+            if not self._clean_interrupt:  # interrupted outside the wait for DALI: state unknown
+                self.broken = self.broken or KeyboardInterrupt()
+            raise
+        except BadImageError:
+            raise
+        except BaseException as e:
+            self.broken = self.broken or e
+            raise
+
+    def _next_batch(self):
+        self._fill()
+        _, _, expected = self._queue.popleft()
+        out, served = self._run_one(expected)
+        return expected, out, served
+
     def iterate(self, loader_epoch: int, start_batch: int = 0):
         """Yield ``(images, labels, planned, served, positions)`` for the epoch's batches from ``start_batch``."""
         key, rows = self.epoch_plan(loader_epoch)
@@ -342,16 +459,17 @@ class _DaliRunner:
         n_batches = len(self.batches_of(rows))
         if key is None or not self._queue or self._queue[0][0] != key or self._queue[0][1] != 0:
             # leftovers of a break, a resumption or a wrong guess: run and drop them
-            self._restart(plan_stream(key, rows, self.sampler, self.batch_size, self.drop_last))
+            self._guarded(self._restart, plan_stream(key, rows, self.sampler, self.batch_size, self.drop_last))
         spec = self.dataset.spec
         labels_all = self.dataset.index.labels
         for _ in range(n_batches):
             if not self.gpu:  # CPU batches churn the host heap; GPU batches live in DALI's device pools
                 release_free_memory()  # the previous batch is gone by now: keep RSS flat
-            self._fill()
-            _, _, expected = self._queue.popleft()
-            out, served = self._run_one(expected)
+            expected, out, served = self._guarded(self._next_batch)
             keep = expected[:, 4] == KIND_DRAW
+            bad = np.flatnonzero(keep & (served == SERVED_BAD))
+            if bad.size:
+                raise self.bad_image(expected[bad[0]])
             images, labels = out["images"], out["labels"].reshape(-1)
             served = served[keep]
             want = labels_all[served]
@@ -362,9 +480,25 @@ class _DaliRunner:
             yield (normalize(images, spec), torch.from_numpy(want.copy()).to(self.device), expected[keep, 1], served,
                    expected[keep, 3])
 
+    def bad_image(self, row: np.ndarray) -> BadImageError:
+        """The error a reader worker met for the draw of slot ``row``, derived again here with its fields."""
+        _, index, epoch, position, _ = (int(v) for v in row)
+        reader = self.dataset.reader
+        try:
+            reader.serve(index, epoch, position, self.on_error, lambda j: reader.read(j, epoch))
+        except BadImageError as e:
+            return e
+        return BadImageError(reader.path(index), index, int(reader.labels[index]), epoch,
+                             "could not be read by the loader's reader process, though it reads now (did it change "
+                             "while training?)")
+
     def close(self) -> None:
         if os.getpid() != self._pid:
             return  # a forked copy: the creator owns the pipeline and the shared memory
+        self.closed = True
+        if self._caller is not None and not self._caller.stop():
+            _STUCK.append((self.pipe, self.iterator, self._caller))  # destroying them would hang this thread
+        self._caller = None
         self.iterator = None
         self.pipe = None
         if self.ring is not None:
@@ -450,11 +584,12 @@ class DaliLoader(EpochLoaderMixin):
                                         timeout=timeout, on_error=self.on_error)
             self.device = torch.device("cpu")
         else:
-            self._runner = _DaliRunner(dataset, self.sampler, self.batch_size, drop_last, self.backend, device_id,
-                                       self.num_workers, prefetch_queue_depth, hw_decoder_load, py_start_method,
-                                       self.on_error)
+            self._runner_args = (dataset, self.sampler, self.batch_size, drop_last, self.backend, device_id,
+                                 self.num_workers, prefetch_queue_depth, hw_decoder_load, py_start_method, self.on_error)
+            self._runner = _DaliRunner(*self._runner_args)  # workers start now, before the user's CUDA work
             self._impl = None
             self.device = self._runner.device
+        self._closed = False
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch (forwarded to the sampler's and the dataset's ``set_epoch``)."""
@@ -481,21 +616,84 @@ class DaliLoader(EpochLoaderMixin):
             super().load_state_dict(state)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if self._closed:
+            raise LoaderClosedError("this DaliLoader was closed; create a new one to iterate again")
         if self._impl is not None:
             return iter(self._impl)
-        if self._runner is None:
-            raise RuntimeError("DaliLoader is closed")
-        return self._iterate_dali(self._runner)
+        return self._iterate_dali()
 
-    def _iterate_dali(self, runner: _DaliRunner):
-        start = self._begin_epoch()
-        for images, labels, planned, served, positions in runner.iterate(self.epoch, start):
-            self._account(planned, served, positions)
-            yield images, labels
+    def _live_runner(self) -> _DaliRunner:
+        """The runner, or a new one where the last failed (a dead worker, DALI's error, an interruption)."""
+        runner = self._runner
+        if runner is None or runner.broken is not None:
+            if runner is not None:
+                log.info("DaliLoader: starting a new DALI pipeline (the previous one failed: %s)",
+                         str(runner.broken).splitlines()[0] if str(runner.broken) else type(runner.broken).__name__)
+                runner.close()
+            self._runner = runner = _DaliRunner(*self._runner_args)
+        return runner
+
+    def _iterate_dali(self):
+        self._begin_epoch()
+        while True:
+            runner = self._live_runner()
+            try:
+                for images, labels, planned, served, positions in runner.iterate(self.epoch, self._batches_done):
+                    self._account(planned, served, positions)
+                    yield images, labels
+                break
+            except _PipelineFailed as failure:
+                runner.close()
+                self._refuse_files_dali_failed_on(failure)  # then a new pipeline resumes at the same batch
         self._end_epoch()
 
+    def _refuse_files_dali_failed_on(self, failure: _PipelineFailed) -> None:
+        """Find the file(s) DALI's decoder refused among the draws in flight and mark them refused.
+
+        DALI's pipeline cannot skip a sample, and its error names only the position in some prefetched
+        batch ("Failed to decode sample #3"). The draws in flight at that position (then all of them)
+        are served again here as the worker served them and decoded with OpenCV, the fallback's decoder.
+        Refused files then count as bad files on this loader (``on_error`` applies) and the epoch
+        resumes at the batch that failed; if none is found, the error is DALI's, and it is raised.
+        """
+        import re
+
+        import cv2
+
+        reader, text = self.dataset.reader, str(failure.error)
+        found = re.search(r"sample #(\d+)", text)
+        rows = np.concatenate(failure.in_flight)
+        rows = rows[rows[:, 4] == KIND_DRAW]
+        ordered = [np.concatenate([b[int(found.group(1)):int(found.group(1)) + 1] for b in failure.in_flight]), rows] \
+            if found else [rows]
+        flag = cv2.IMREAD_GRAYSCALE if self.dataset.spec.color == "gray" else cv2.IMREAD_COLOR
+        detail = next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")[:200]
+        for candidates in ordered:
+            refused = []
+            for _, index, epoch, position, kind in candidates.tolist():
+                if kind != KIND_DRAW:
+                    continue
+                try:
+                    served, data = reader.serve(index, epoch, position, self.on_error, lambda j: reader.read(j, epoch))
+                except BadImageError:
+                    continue  # served as a marker; not what DALI decoded
+                if served not in reader.refused and cv2.imdecode(data, flag) is None:
+                    reader.refused[served] = f"the JPEG decoder refused it ({detail or 'corrupt JPEG data'})"
+                    refused.append(reader.path(served))
+            if refused:
+                log.warning("DaliLoader: DALI's decoder refused %s; on_error=%r applies to it from now on, and "
+                            "the epoch resumes at batch %d with a new pipeline", ", ".join(refused), self.on_error,
+                            self._batches_done)
+                return
+        raise LoaderWorkerError(f"DALI's pipeline failed and none of the {len(rows)} files in flight fails OpenCV's "
+                                f"decoder, so the file cannot be named: {text.strip()[:1500]}. The next iteration "
+                                "starts a new pipeline; backend='torch' decodes with OpenCV instead") from failure.error
+
     def close(self) -> None:
-        """Stop DALI's workers and free shared memory now (also done once nothing uses them)."""
+        """Stop DALI's workers and free shared memory now (also done once nothing uses them).
+
+        Iterators still open raise :class:`LoaderClosedError` on their next batch."""
+        self._closed = True
         if self._runner is not None:
             self._runner.close()
             self._runner = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import weakref
 from collections.abc import Callable
 from multiprocessing import shared_memory
@@ -88,13 +89,33 @@ class EncodedCache:
         return self.buf[self.offsets[i]:self.offsets[i + 1]]
 
 
+def read_regular_file(path: str) -> NDArray[np.uint8]:
+    """The bytes of ``path`` if it is a regular file; never blocks on a FIFO, socket or device."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a socket or device"
+            raise OSError(0, f"not a regular file: {kind}")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return np.frombuffer(f.read(), dtype=np.uint8)
+    finally:
+        os.close(fd)
+
+
 class SampleReader:
-    """Reads checked bytes of indexed samples. Plain arrays only: cheap to fork or pickle to workers."""
+    """Reads checked bytes of indexed samples. Plain arrays only: cheap to fork or pickle to workers.
+
+    ``refused`` maps sample indices to the reason a decoder refused them at run time (found by the
+    DALI loader when its pipeline failed); such samples are bad files like any other. It is filled in
+    the main process only, between pipeline builds, so every reader worker started afterwards sees it.
+    """
 
     def __init__(self, root: str, path_data: NDArray[np.uint8], path_offsets: NDArray[np.int64],
                  labels: NDArray[np.int64], sizes: NDArray[np.int64], seed: int, cache: EncodedCache | None = None):
         self.root, self.path_data, self.path_offsets = root, path_data, path_offsets
         self.labels, self.sizes, self.seed, self.cache = labels, sizes, int(seed), cache
+        self.refused: dict[int, str] = {}
 
     @classmethod
     def for_index(cls, index, seed: int, cache: bool = False) -> SampleReader:
@@ -119,10 +140,12 @@ class SampleReader:
 
     def read(self, i: int, epoch: int | None = None) -> NDArray[np.uint8]:
         """Checked bytes of sample ``i`` (from the cache when there is one); raises :class:`BadImageError`."""
+        if i in self.refused:
+            raise BadImageError(self.path(i), i, int(self.labels[i]), epoch, self.refused[i])
         data, err = (self.cache.get(i) if self.cache is not None else None), None
         if data is None:
             try:
-                data = np.fromfile(self.path(i), dtype=np.uint8)
+                data = read_regular_file(self.path(i))
             except OSError as e:
                 err = e
         reason = self.problem(i, data, err)

@@ -13,16 +13,20 @@ silent mislabeling).
 
 from __future__ import annotations
 
+import os
 import time
 from multiprocessing import shared_memory
 
 import numpy as np
 
 from .augment import AugmentSpec, draw_params
+from .errors import BadImageError
 from .reading import OnError, SampleReader
+from .workers import become_worker
 
 KIND_DRAW, KIND_PAD = 0, 1
 ROW = 5  # slot, index, epoch, position, kind
+SERVED_BAD = -2  # the "served" column of a draw whose file was bad under on_error="raise"
 WAIT_TIMEOUT_S = 600.0
 
 # A valid 8x8 gray JPEG: what padding slots decode (cheap, never a real sample).
@@ -93,20 +97,34 @@ class DrawSource:
     the index actually served appended (it differs from the planned one when ``on_error="skip"``
     replaced a bad file), and the draw's augmentation parameters that the spec uses (angle when it
     rotates; brightness and contrast when it jitters).
+
+    A bad file under ``on_error="raise"`` is not raised here: DALI would raise it batches early (it
+    prefetches) as text. The slot gets the padding image and ``served = SERVED_BAD``, and the loader
+    raises :class:`BadImageError` with all its fields when it reaches that batch.
     """
 
     def __init__(self, reader: SampleReader, spec: AugmentSpec, on_error: OnError, ring: SlotRing):
         self.reader, self.spec, self.on_error, self.ring = reader, spec, on_error, ring
+        self.parent = os.getpid()
+
+    def __setstate__(self, state):  # a spawned reader worker unpickling its callback
+        self.__dict__.update(state)
+        become_worker(self.parent)
 
     def __call__(self, sample_info):
         row = self.ring.read(sample_info.idx_in_epoch)
         _, index, epoch, position, kind = (int(v) for v in row)
-        if kind == KIND_PAD:
-            data, served = np.frombuffer(PAD_JPEG, dtype=np.uint8), -1
+        pad = kind == KIND_PAD
+        if not pad:
+            try:
+                served, data = self.reader.serve(index, epoch, position, self.on_error,
+                                                 lambda j: self.reader.read(j, epoch))
+                label, p = int(self.reader.labels[served]), draw_params(self.spec, self.reader.seed, epoch, position)
+            except BadImageError:
+                pad = True
+        if pad:
+            data, served = np.frombuffer(PAD_JPEG, dtype=np.uint8), (-1 if kind == KIND_PAD else SERVED_BAD)
             label, p = -1, draw_params(self.spec.eval(), 0, 0, 0)
-        else:
-            served, data = self.reader.serve(index, epoch, position, self.on_error, lambda j: self.reader.read(j, epoch))
-            label, p = int(self.reader.labels[served]), draw_params(self.spec, self.reader.seed, epoch, position)
         out = [data, np.array(label, dtype=np.int64), np.append(row, served).astype(np.int64)]
         if self.spec.rotates:
             out.append(np.array(p.angle, dtype=np.float32))

@@ -8,6 +8,7 @@ numbers equal ``ImageDataset.__getitem__``'s exactly (same ops, same normalise f
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Iterator
 
@@ -16,17 +17,23 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from dali_backend.epochs import EpochLoaderMixin
-from dali_backend.errors import ConfigError
+from dali_backend.errors import BadImageError, ConfigError, LoaderClosedError, LoaderWorkerError
 from dali_backend.reading import check_on_error
 from dali_backend.memory import release_free_memory
 from dali_backend.sampler import Draw, WeightedSampler
+from dali_backend.schedule import SERVED_BAD
 
 from . import ops
-from .dataset import ImageDataset
+from .dataset import ImageDataset, resolve_item
 
 
 class _Uint8View(Dataset):
-    """Returns the dataset's uint8 samples (and which sample was served) instead of normalised tensors."""
+    """Returns the dataset's uint8 samples (and which sample was served) instead of normalised tensors.
+
+    A bad file under ``on_error="raise"`` is not raised in the worker (torch would re-raise it as text,
+    losing its fields): the sample comes back blank with ``served = SERVED_BAD`` and the error's fields,
+    and the loader raises :class:`BadImageError` when it reaches that batch, as the DALI path does.
+    """
 
     def __init__(self, dataset: ImageDataset, on_error: str):
         self.dataset, self.on_error = dataset, on_error
@@ -35,17 +42,23 @@ class _Uint8View(Dataset):
         return len(self.dataset)
 
     def __getitem__(self, item):
-        out = self.dataset.load_draw(item, self.on_error)
         self._served = getattr(self, "_served", 0) + 1
         if self._served % 16 == 0:
             release_free_memory()  # keep worker RSS flat (full-resolution temporaries)
-        return out
+        try:
+            return (*self.dataset.load_draw(item, self.on_error), None)
+        except BadImageError as e:
+            spec = self.dataset.spec
+            index, _, _, position = resolve_item(item, self.dataset.epoch)
+            blank = np.zeros((1 if spec.color == "gray" else 3, spec.height, spec.width), np.uint8)
+            return blank, -1, np.array([index, SERVED_BAD, position], np.int64), (e.path, e.index, e.label, e.epoch,
+                                                                                e.reason)
 
 
-def _collate_uint8(samples: list[tuple[np.ndarray, int, np.ndarray]]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+def _collate_uint8(samples: list[tuple]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, list]:
     images = torch.from_numpy(np.stack([s[0] for s in samples]))
     labels = torch.tensor([s[1] for s in samples], dtype=torch.int64)
-    return images, labels, np.stack([s[2] for s in samples])
+    return images, labels, np.stack([s[2] for s in samples]), [s[3] for s in samples if s[3] is not None]
 
 
 class _EpochDraws(Sampler[Draw]):
@@ -99,6 +112,7 @@ class FallbackLoader(EpochLoaderMixin):
         self.sampler = sampler if sampler is not None else default_sampler(dataset, shuffle, seed)
         self.on_error = check_on_error(on_error or dataset.on_error)
         self._start_batch = 0
+        self._closed = False
         self._draws = _EpochDraws(self.sampler, self)
         if persistent_workers is None:
             persistent_workers = num_workers > 0
@@ -111,26 +125,68 @@ class FallbackLoader(EpochLoaderMixin):
         )
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if self._closed:
+            raise LoaderClosedError("this loader was closed; create a new one to iterate again")
+        return self._iterate()
+
+    def _iterate(self):
         spec = self.dataset.spec
         self._start_batch = self._begin_epoch()
+        batches = iter(self._loader)
         try:
-            for images, labels, meta in self._loader:
+            while True:
+                try:
+                    images, labels, meta, errors = next(batches)
+                except StopIteration:
+                    break
+                except (ConnectionError, EOFError) as e:  # a worker died while its pipe was being read
+                    raise self._worker_died(e) from e
+                except RuntimeError as e:
+                    if "exited unexpectedly" in str(e):
+                        raise self._worker_died(e) from e
+                    raise
+                if errors:
+                    raise BadImageError(*errors[0])
                 release_free_memory()  # the previous batch is gone by now: keep RSS flat
                 self._account(meta[:, 0], meta[:, 1], meta[:, 2])
                 yield ops.normalize(images, spec), labels
-        except Exception:
+                if self._closed:
+                    raise LoaderClosedError("the loader was closed while this iterator was open; start a new pass "
+                                            "with a new loader")
+        except BaseException:
             # Stop the workers now: a traceback keeps this frame alive in a reference cycle, and the
             # collector's teardown would stall 5 s per worker. The next epoch starts fresh workers.
-            self.close()
+            self._stop_workers()
             raise
         self._end_epoch()
 
-    def close(self) -> None:
-        """Stop the worker processes now (otherwise they stop when the loader is garbage collected)."""
+    def _worker_died(self, error: BaseException) -> LoaderWorkerError:
+        """The clear error for a DataLoader worker that died, whichever way torch noticed it."""
+        it = getattr(self._loader, "_iterator", None)
+        workers = list(getattr(it, "_workers", []) or [])
+        deadline = time.monotonic() + 2.0
+        dead = []
+        while not dead and time.monotonic() < deadline:  # the pipe can break before the process is reaped
+            dead = [w.pid for w in workers if not w.is_alive()]
+            if not dead:
+                time.sleep(0.05)
+        who = f"pid {', '.join(map(str, dead))}" if dead else "a worker"
+        return LoaderWorkerError(f"DataLoader worker ({who}) died (killed by a signal, crashed or out of memory: "
+                                 f"{type(error).__name__}: {str(error)[:200]}); this pass stops here and the next one "
+                                 "starts new workers (check the system log for the OOM killer)")
+
+    def _stop_workers(self) -> None:
         it = getattr(self._loader, "_iterator", None)
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()
         self._loader._iterator = None
+
+    def close(self) -> None:
+        """Stop the worker processes now (otherwise they stop when the loader is garbage collected).
+
+        Iterators still open raise :class:`LoaderClosedError` on their next batch."""
+        self._closed = True
+        self._stop_workers()
 
     def __enter__(self) -> FallbackLoader:
         return self
