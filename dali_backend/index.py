@@ -26,7 +26,8 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from .errors import ConfigError, IndexBuildError, IndexFileError, ManifestError, StaleIndexError
+from .errors import (ConfigError, IndexBuildError, IndexFileError, ManifestError, MissingDependencyError,
+                     StaleIndexError)
 from .jpeg import DEFAULT_MAX_PIXELS, check_jpeg
 from .labelling import DEFAULT_KEYWORDS, KeywordRules
 from .progress import track
@@ -233,7 +234,9 @@ class SampleIndex:
             classes: explicit class names in id order (default: sorted folder names). A class folder
                 not in this list is an error; a listed class without a folder has no samples.
             verify: ``"header"`` (markers and frame size, default), ``"decode"`` (also decode every
-                file), or ``"none"`` (trust the files).
+                file with libjpeg-turbo in strict mode), or ``"none"`` (trust the files). Only
+                ``"decode"`` catches a scan cut short and re-terminated with an end-of-image marker
+                (it would decode with its bottom rows flat grey) or corrupt entropy data.
             max_pixels: refuse files whose frame header declares more pixels than this.
             allow_outside_symlinks: follow symlinks that point outside ``root`` (refused by default).
             workers: threads used to read headers (I/O bound).
@@ -507,11 +510,37 @@ def split_keys(paths: Iterable[str], seed: int) -> NDArray[np.float64]:
 
 
 def _decode_check(path: str) -> str | None:
+    """Decode ``path`` fully; ``None`` if it decodes cleanly, else the reason.
+
+    libjpeg-turbo (through ``simplejpeg``, strict mode) turns its recoverable-error warnings into
+    errors: a scan cut short and re-terminated with an end-of-image marker decodes in OpenCV with
+    only a warning on stderr (the missing rows come out flat grey), so OpenCV alone cannot see it.
+    Files that TurboJPEG's API refuses outright (exotic sampling layouts) get a second opinion from
+    OpenCV's libjpeg: accepted if it decodes them.
+    """
+    try:
+        import simplejpeg
+    except ImportError as e:  # a declared dependency; only verify="decode" needs it
+        raise MissingDependencyError("verify='decode' needs the simplejpeg package: pip install 'simplejpeg>=1.7'") from e
+    with open(path, "rb") as f:  # the caller checked that this is a regular file
+        data = f.read()
+    if not data:
+        return "empty file (0 bytes)"
+    try:
+        simplejpeg.decode_jpeg(data, colorspace="GRAY", strict=True)
+        return None
+    except ValueError as strict_error:
+        message = str(strict_error).strip()
+    try:
+        simplejpeg.decode_jpeg(data, colorspace="GRAY", strict=False)
+    except ValueError:
+        pass  # a hard error, not a warning: let OpenCV decide below
+    else:
+        return f"corrupt or truncated scan data: {message}"
     import cv2  # only for verify="decode"
 
-    data = np.fromfile(path, dtype=np.uint8)
-    if cv2.imdecode(data, cv2.IMREAD_GRAYSCALE) is None:
-        return "decoder refused the file (corrupt entropy data or unsupported JPEG)"
+    if cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_GRAYSCALE) is None:
+        return f"decoder refused the file (corrupt entropy data or unsupported JPEG; libjpeg-turbo: {message})"
     return None
 
 

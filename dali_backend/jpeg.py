@@ -4,7 +4,8 @@ Reads the marker segments up to the first scan (a few hundred bytes for most fil
 size from the SOFn header, and checks that an end-of-image marker follows the scan data. Bytes after
 the end marker are accepted (cameras append data there). 4-component (CMYK/YCCK) files are refused:
 the two backends' decoders convert them differently. The trade-off: a file whose entropy data is
-corrupted in the middle passes these checks; ``verify="decode"`` at index time catches those.
+corrupted in the middle, or cut short and re-terminated with an end-of-image marker (it decodes with
+its bottom rows flat grey), passes these checks; only ``verify="decode"`` at index time catches those.
 """
 
 from __future__ import annotations
