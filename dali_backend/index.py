@@ -19,7 +19,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from .errors import (ConfigError, IndexBuildError, IndexFileError, ManifestError, MissingDependencyError,
                      StaleIndexError)
-from .jpeg import DEFAULT_MAX_PIXELS, check_jpeg
+from .jpeg import DEFAULT_MAX_PIXELS, check_jpeg, not_regular_reason, open_regular
 from .labelling import DEFAULT_KEYWORDS, KeywordRules
 from .progress import track
 from .strings import StringTable
@@ -36,6 +36,9 @@ from .strings import StringTable
 log = logging.getLogger("dali_backend")
 
 JPEG_EXTENSIONS = (".jpg", ".jpeg")
+# Files this package writes into data folders (dali_backend/synthetic.py's cache marker): never
+# reported as ignored user files.
+PACKAGE_FILES = frozenset({".synthetic.json"})
 FORMAT_NAME = "dali_backend.SampleIndex"
 FORMAT_VERSION = 1
 Verify = Literal["header", "decode", "none"]
@@ -57,6 +60,19 @@ class _Candidates:
     labels: list[int]
     rejected: list[Rejected]
     ignored: Counter
+    extensions: Counter = field(default_factory=Counter)  # non-JPEG files by extension, for error messages
+
+    def ignore(self, name: str) -> None:
+        """Count a non-sample file ``name`` (hidden, ``._*``, other extension); package files are skipped."""
+        if name in PACKAGE_FILES:
+            return
+        if name.startswith("._"):
+            self.ignored["macOS ._ file"] += 1
+        elif name.startswith("."):
+            self.ignored["hidden"] += 1
+        else:
+            self.ignored["not .jpg/.jpeg"] += 1
+            self.extensions[os.path.splitext(name)[1].lower()] += 1
 
 
 def _norm_rel(rel: str) -> str:
@@ -67,27 +83,38 @@ def _is_inside(path: str, root_real: str) -> bool:
     return path == root_real or path.startswith(root_real.rstrip(os.sep) + os.sep)
 
 
+def _sorted_entries(folder: str, root: str, cand: _Candidates) -> list[os.DirEntry]:
+    try:
+        with os.scandir(folder) as it:
+            return sorted(it, key=lambda e: e.name)
+    except OSError as e:
+        cand.rejected.append(Rejected(_norm_rel(os.path.relpath(folder, root)), f"unreadable folder ({e.strerror or e})"))
+        return []
+
+
 def _walk_jpegs(top: str, root: str, root_real: str, allow_outside_symlinks: bool, cand: _Candidates, label: int,
                 visited: set[str]) -> None:
-    """Append every JPEG below ``top`` (sorted, recursive) to ``cand`` with ``label``.
+    """Append every JPEG below ``top`` (sorted, depth first) to ``cand`` with ``label``.
 
     Paths are made relative to ``root`` (as the user gave it); containment is checked on ``root_real``.
+    Iterative (an explicit stack of folder listings), so folder depth is not bounded by Python's
+    recursion limit. Nothing is opened here: entries are classified by ``stat`` only.
     """
-    try:
-        entries = sorted(os.scandir(top), key=lambda e: e.name)
-    except OSError as e:
-        cand.rejected.append(Rejected(_norm_rel(os.path.relpath(top, root)), f"unreadable folder ({e.strerror or e})"))
-        return
-    for entry in entries:
+    # (listing, real path of the folder listed): a plain sub-folder's real path is its parent's plus
+    # its name, so only symlinks pay for realpath() (which is O(depth) per call).
+    stack = [(iter(_sorted_entries(top, root, cand)), os.path.realpath(top))]
+    while stack:
+        listing, folder_real = stack[-1]
+        entry = next(listing, None)
+        if entry is None:
+            stack.pop()
+            continue
         name = entry.name
-        rel = _norm_rel(os.path.relpath(entry.path, root))
-        if name.startswith("._"):
-            cand.ignored["macOS ._ file"] += 1
-            continue
         if name.startswith("."):
-            cand.ignored["hidden"] += 1
+            cand.ignore(name)
             continue
-        target = entry.path
+        rel = _norm_rel(os.path.relpath(entry.path, root))
+        target = os.path.join(folder_real, name)
         if entry.is_symlink():
             target = os.path.realpath(entry.path)
             if not os.path.exists(target):
@@ -98,17 +125,16 @@ def _walk_jpegs(top: str, root: str, root_real: str, allow_outside_symlinks: boo
                     rel, f"symlink leaves the data root (-> {target}); pass allow_outside_symlinks=True to follow it"))
                 continue
         if entry.is_dir(follow_symlinks=True):
-            real = os.path.realpath(target)
-            if real in visited:
+            if target in visited:
                 cand.ignored["symlink loop"] += 1
                 continue
-            visited.add(real)
-            _walk_jpegs(entry.path, root, root_real, allow_outside_symlinks, cand, label, visited)
+            visited.add(target)
+            stack.append((iter(_sorted_entries(entry.path, root, cand)), target))
         elif name.lower().endswith(JPEG_EXTENSIONS):
             cand.paths.append(rel)
             cand.labels.append(label)
         else:
-            cand.ignored["not .jpg/.jpeg"] += 1
+            cand.ignore(name)
 
 
 def _subdirs(path: str) -> list[str]:
@@ -124,11 +150,6 @@ def _resolve_classes(found: Sequence[str], classes: Sequence[str] | None, error)
     if unknown:
         raise error(unknown, classes)
     return classes
-
-
-def _stat_sig(path: str) -> tuple[int, int]:
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns
 
 
 class SampleIndex:
@@ -204,8 +225,7 @@ class SampleIndex:
         counts = ", ".join(f"{c} {k}" for c, k in zip(self.classes, self.class_counts()))
         text = f"indexed {len(self)} files in {len(self.classes)} classes ({counts}) under {self.root}"
         if self.rejected:
-            reasons = Counter(r.reason.split(" (")[0].split(";")[0] for r in self.rejected)
-            text += f"; rejected {len(self.rejected)} (" + ", ".join(f"{k}: {v}" for k, v in reasons.most_common()) + ")"
+            text += f"; rejected {_rejected_digest(self.rejected)}"
         if self.ignored:
             text += f"; ignored {sum(self.ignored.values())} (" + ", ".join(f"{k}: {v}" for k, v in sorted(self.ignored.items())) + ")"
         return text
@@ -263,14 +283,12 @@ class SampleIndex:
         cand = _Candidates([], [], [], Counter())
         visited = {root_real}
         for entry in sorted(os.scandir(base), key=lambda e: e.name):
-            if entry.is_file() or (entry.is_symlink() and not entry.is_dir()):
-                if entry.name.startswith("."):
-                    cand.ignored["hidden"] += 1
-                elif entry.name.lower().endswith(JPEG_EXTENSIONS):
+            if not entry.is_dir():
+                if entry.name.lower().endswith(JPEG_EXTENSIONS) and not entry.name.startswith("."):
                     cand.rejected.append(Rejected(_norm_rel(os.path.relpath(entry.path, root_path)),
                                                   "not inside a class folder; move it into <root>/<class>/"))
                 else:
-                    cand.ignored["not .jpg/.jpeg"] += 1
+                    cand.ignore(entry.name)
         for label, name in enumerate(classes):
             folder = base / name
             if not folder.is_dir():
@@ -377,29 +395,36 @@ class SampleIndex:
         n = len(cand.paths)
         decode = verify == "decode"
 
-        def check(rel: str) -> tuple[str | None, int, int, int, int]:
+        def check(rel: str) -> tuple[str | None, int, int, int, int, tuple]:
             full = os.path.join(root_s, rel)
             try:
-                size, mtime = _stat_sig(full)
+                st = os.stat(full)  # follows symlinks; opens nothing
             except FileNotFoundError:
-                return "missing file", 0, 0, 0, 0
+                return "missing file", 0, 0, 0, 0, ()
             except OSError as e:
-                return f"unreadable ({type(e).__name__}: {e.strerror or e})", 0, 0, 0, 0
-            if verify == "none":
-                return None, size, mtime, 0, 0
+                return f"unreadable ({type(e).__name__}: {e.strerror or e})", 0, 0, 0, 0, ()
+            size, mtime = st.st_size, st.st_mtime_ns
+            identity = (st.st_dev, st.st_ino) if st.st_ino else (os.path.realpath(full),)
+            reason = not_regular_reason(st.st_mode)  # a FIFO would block the first open() forever
+            if reason or verify == "none":
+                return reason, size, mtime, 0, 0, identity
             res = check_jpeg(full, max_pixels)
             if res.reason is None and decode:
                 reason = _decode_check(full)
                 if reason:
-                    return reason, size, mtime, res.width, res.height
-            return res.reason, size, mtime, res.width, res.height
+                    return reason, size, mtime, res.width, res.height, identity
+            return res.reason, size, mtime, res.width, res.height, identity
 
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             results = list(track(pool.map(check, cand.paths), total=n, desc="indexing", enabled=progress))
-        keep = [i for i, r in enumerate(results) if r[0] is None]
-        rejected = list(cand.rejected) + [Rejected(cand.paths[i], r[0]) for i, r in enumerate(results) if r[0] is not None]
+        reasons = [r[0] for r in results]
+        _reject_same_file_twice(cand, classes, reasons, [r[5] for r in results])
+        keep = [i for i, r in enumerate(reasons) if r is None]
+        rejected = list(cand.rejected) + [Rejected(cand.paths[i], r) for i, r in enumerate(reasons) if r is not None]
         rejected.sort(key=lambda r: r.path)
-        cols = np.array([r[1:] for r in results], dtype=np.int64).reshape(-1, 4)[keep]
+        if not keep:
+            raise IndexBuildError(_nothing_indexed(root, cand, rejected))
+        cols = np.array([r[1:5] for r in results], dtype=np.int64).reshape(-1, 4)[keep]
         index = cls(root, StringTable.from_strings(cand.paths[i] for i in keep), np.asarray(cand.labels, np.int64)[keep],
                     classes, cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], rejected, cand.ignored)
         log.info("%s", index.summary())
@@ -437,11 +462,15 @@ class SampleIndex:
         for i in range(len(self)) if positions is None else positions:
             full = self.abspath(i)
             try:
-                size, mtime = _stat_sig(full)
+                st = os.stat(full)  # never opens the file
             except OSError:
                 out.append((self._paths[i], "missing"))
                 continue
-            if size != self.sizes[i]:
+            size, mtime = st.st_size, st.st_mtime_ns
+            reason = not_regular_reason(st.st_mode)
+            if reason:
+                out.append((self._paths[i], reason))
+            elif size != self.sizes[i]:
                 out.append((self._paths[i], f"size {self.sizes[i]} -> {size} bytes"))
             elif mtime != self.mtimes[i]:
                 out.append((self._paths[i], "modified (mtime changed)"))
@@ -502,6 +531,86 @@ class SampleIndex:
         return index
 
 
+MAX_EXAMPLES = 5
+
+
+def _capped(items: Sequence[str], k: int = MAX_EXAMPLES, sep: str = "; ") -> str:
+    """At most ``k`` of ``items`` joined, then ``and N more``: error and log lines stay short."""
+    shown = sep.join(items[:k])
+    return shown + (f"{sep}and {len(items) - k} more" if len(items) > k else "")
+
+
+def _reason_kind(reason: str) -> str:
+    """The kind of a rejection reason, without its per-file details (for summaries)."""
+    for prefix, kind in (("same file as", "same file under two labels"), ("duplicate", "duplicate"),
+                         ("conflicting label", "conflicting label")):
+        if reason.startswith(prefix):
+            return kind
+    return reason.split(" (")[0].split(";")[0].split(":")[0]
+
+
+def _rejected_digest(rejected: Sequence[Rejected]) -> str:
+    """``N (kind: count, ...; e.g. path: reason, ...)`` with a handful of kinds and examples."""
+    kinds = Counter(_reason_kind(r.reason) for r in rejected).most_common()
+    text = _capped([f"{k}: {v}" for k, v in kinds], sep=", ")
+
+    def short(reason: str) -> str:
+        return reason if len(reason) <= 120 else reason[:117] + "..."
+
+    examples = _capped([f"{r.path}: {short(r.reason)}" for r in rejected[:3]] + [""] * max(0, len(rejected) - 3), 3)
+    return f"{len(rejected)} ({text}; e.g. {examples})"
+
+
+def _reject_same_file_twice(cand: _Candidates, classes: Sequence[str], reasons: list[str | None],
+                            identities: list[tuple]) -> None:
+    """Set a reason on candidates that are one file reached by two paths (symlinks, hard links).
+
+    Under two labels, every path to the file is rejected (one image cannot have two labels); in one
+    class, the first path (in candidate order) is kept and the others are reported as duplicates.
+    """
+    groups: dict[tuple, list[int]] = {}
+    for i, (reason, ident) in enumerate(zip(reasons, identities)):
+        if reason is None and ident:
+            groups.setdefault(ident, []).append(i)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        if len({cand.labels[i] for i in members}) > 1:
+            for i in members:
+                others = [j for j in members if cand.labels[j] != cand.labels[i]]
+                j = others[0]
+                more = f" and {len(others) - 1} more" if len(others) > 1 else ""
+                reasons[i] = (f"same file as {cand.paths[j]} (class {classes[cand.labels[j]]}){more}: one image cannot "
+                              "have two labels; remove one link")
+        else:
+            first = members[0]
+            for i in members[1:]:
+                reasons[i] = (f"duplicate: same file as {cand.paths[first]} (class {classes[cand.labels[first]]}), "
+                              "indexed once; remove the extra link")
+
+
+def _nothing_indexed(root: Path, cand: _Candidates, rejected: Sequence[Rejected]) -> str:
+    """The error text for an index with no samples: what was found instead."""
+    where = f"under {str(root)!r}"
+    if rejected:
+        n = len(rejected)
+        text = f"no usable JPEG files {where}: {n} file{'s' if n != 1 else ''} rejected ({_rejected_digest(rejected).split(' (', 1)[1]}"
+    else:
+        text = f"no JPEG files {where}"
+        if cand.extensions:
+            top = cand.extensions.most_common(3)
+            parts = [f"{k} {ext[1:].upper() if ext else 'extension-less'} file{'s' if k != 1 else ''}" for ext, k in top]
+            other = sum(cand.extensions.values()) - sum(k for _, k in top)
+            if other:
+                parts.append(f"{other} other file{'s' if other != 1 else ''}")
+            text += ": " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])
+            text += " ignored (only .jpg/.jpeg is supported)"
+    hidden = {k: v for k, v in cand.ignored.items() if k != "not .jpg/.jpeg"}
+    if hidden:
+        text += "; also skipped: " + ", ".join(f"{k}: {v}" for k, v in sorted(hidden.items()))
+    return text + (". Fix or remove the rejected files" if rejected else ". Check the path, or convert the images to JPEG")
+
+
 def split_keys(paths: Iterable[str], seed: int) -> NDArray[np.float64]:
     """A uniform number in [0, 1) per path, a pure function of (seed, path)."""
     prefix = f"{int(seed)}\0".encode()
@@ -522,8 +631,11 @@ def _decode_check(path: str) -> str | None:
         import simplejpeg
     except ImportError as e:  # a declared dependency; only verify="decode" needs it
         raise MissingDependencyError("verify='decode' needs the simplejpeg package: pip install 'simplejpeg>=1.7'") from e
-    with open(path, "rb") as f:  # the caller checked that this is a regular file
-        data = f.read()
+    try:
+        with open_regular(path) as f:
+            data = f.read()
+    except OSError as e:  # not a regular file any more, vanished, unreadable
+        return str(e) if e.strerror is None else f"unreadable ({type(e).__name__}: {e.strerror})"
     if not data:
         return "empty file (0 bytes)"
     try:
