@@ -80,10 +80,15 @@ def test_walk_survives_folders_nested_deeper_than_the_recursion_limit(tmp_path):
     for _ in range(depth):  # os.makedirs / Path.mkdir(parents=True) recurse too
         deep = os.path.join(deep, "d")
         os.mkdir(deep)
-    deep = Path(deep)
-    write(deep / "bottom.jpg", jpeg_bytes())
-    index = SampleIndex.from_folder(tmp_path, progress=False)
-    assert list(index.paths) == ["a/" + "d/" * depth + "bottom.jpg"]
+    write(Path(deep) / "bottom.jpg", jpeg_bytes())
+    try:
+        index = SampleIndex.from_folder(tmp_path, progress=False)
+        assert list(index.paths) == ["a/" + "d/" * depth + "bottom.jpg"]
+    finally:  # shutil.rmtree (pytest's tmp_path cleanup) recurses too: take the tree down bottom-up
+        os.remove(os.path.join(deep, "bottom.jpg"))
+        for _ in range(depth):
+            os.rmdir(deep)
+            deep = os.path.dirname(deep)
 
 
 def test_walk_order_is_sorted_depth_first(tmp_path):
