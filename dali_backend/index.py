@@ -276,8 +276,8 @@ class SampleIndex:
         else:
             found = _subdirs(str(root_path))
         classes = _resolve_classes(found, classes, lambda unknown, cl: IndexBuildError(
-            f"class folders {unknown} under {str(base)!r} are not in classes={cl}; add them to classes= or move them "
-            "out of the root"))
+            f"class folders [{_capped([repr(u) for u in unknown], sep=', ')}] under {str(base)!r} are not in classes={cl}; "
+            "add them to classes= or move them out of the root"))
         if not classes:
             raise IndexBuildError(f"no class folders under {str(base)!r}; expected {str(base)}/<class>/*.jpg")
         cand = _Candidates([], [], [], Counter())
@@ -333,49 +333,67 @@ class SampleIndex:
     @classmethod
     def from_manifest(cls, path: str | os.PathLike, root: str | os.PathLike | None = None, split: str | None = None, *,
                       classes: Sequence[str] | None = None, verify: Verify = "header",
-                      max_pixels: int = DEFAULT_MAX_PIXELS, workers: int = 8, progress: bool | None = None) -> SampleIndex:
+                      max_pixels: int = DEFAULT_MAX_PIXELS, workers: int = 8, progress: bool | None = None,
+                      path_column: str | None = None, label_column: str | None = None,
+                      split_column: str | None = None) -> SampleIndex:
         """Index the files listed in a manifest.
 
         Args:
-            path: a JSON object ``{"relative/path.jpg": "class", ...}`` (``.json``), or a CSV file
-                ``path,label[,split]`` with an optional header row.
+            path: a JSON object ``{"relative/path.jpg": "class", ...}`` (``.json``; a key given twice
+                is an error), or a UTF-8 CSV file. A CSV without a header row has the columns
+                ``path,label[,split]``. A header row is read by name: the path column may be called
+                any of :data:`PATH_COLUMNS` (``path``, ``file``, ``filename``, ``image``,
+                ``image_path``, ``filepath``, ``img``, ...), the label column any of
+                :data:`LABEL_COLUMNS` (``label``, ``class``, ``class_name``, ``target``,
+                ``category``, ...) and the optional split column any of :data:`SPLIT_COLUMNS`
+                (``split``, ``subset``, ``set``, ``fold``, ...); other columns are ignored. A first
+                row that looks like a header (no cell names a ``.jpg``/``.jpeg`` or an existing
+                file) but has none of these names is an error: pass ``path_column=`` and
+                ``label_column=``.
             root: folder the manifest paths are relative to (default: the manifest's folder). An
                 entry resolving outside it (``../``, absolute paths elsewhere, symlinks) is refused.
-            split: keep only CSV rows whose third column equals this.
+            split: keep only CSV rows whose split column equals this.
             classes: explicit class names in id order (default: sorted labels found). A label not in
-                this list is an error.
+                this list is an error. An empty label is always an error (file and line named).
+            path_column, label_column, split_column: CSV header names of the columns to use, for
+                headers with other names (the CSV must then have a header row).
         """
         mpath = Path(path)
         root_path = Path(root) if root is not None else mpath.parent
         if not root_path.is_dir():
             raise ManifestError(f"manifest root {str(root_path)!r} is not a folder; pass root= the folder the paths are relative to")
-        rows = _read_manifest(mpath, split)
+        rows = _read_manifest(mpath, split, root_path, path_column, label_column, split_column)
         root_real = os.path.realpath(root_path)
         outside = []
         cand = _Candidates([], [], [], Counter())
-        seen: dict[str, tuple[int, str]] = {}
+        seen: dict[str, tuple[str, str]] = {}
         entries = []
-        for line, rel, label in rows:
-            full = rel if os.path.isabs(rel) else os.path.join(root_path, rel)
-            real = os.path.realpath(full)
-            if not _is_inside(real, root_real):
-                outside.append(f"line {line}: {rel!r} -> {real}")
-                continue
-            rel_norm = _norm_rel(os.path.relpath(os.path.abspath(full), os.path.abspath(root_path)))
+        normalised: dict[str, str] = {}  # rel as written -> rel_norm: a repeated line costs no realpath()
+        root_abs = os.path.abspath(root_path)
+        for where, rel, label in rows:
+            rel_norm = normalised.get(rel)
+            if rel_norm is None:
+                full = rel if os.path.isabs(rel) else os.path.join(root_path, rel)
+                real = os.path.realpath(full)
+                if not _is_inside(real, root_real):
+                    outside.append(f"{where}: {rel!r} -> {real}")
+                    continue
+                rel_norm = normalised[rel] = _norm_rel(os.path.relpath(os.path.abspath(full), root_abs))
             if rel_norm in seen:
-                first_line, first_label = seen[rel_norm]
+                first_where, first_label = seen[rel_norm]
                 what = "conflicting label " + repr(label) + " vs " + repr(first_label) if label != first_label else "duplicate"
-                cand.rejected.append(Rejected(rel_norm, f"{what}: listed again at line {line} (first at line {first_line})"))
+                cand.rejected.append(Rejected(rel_norm, f"{what}: listed again at {where} (first at {first_where})"))
                 continue
-            seen[rel_norm] = (line, label)
+            seen[rel_norm] = (where, label)
             entries.append((rel_norm, label))
         if outside:
-            shown = "; ".join(outside[:5]) + (f"; and {len(outside) - 5} more" if len(outside) > 5 else "")
+            shown = _capped(outside)
             raise ManifestError(f"{mpath}: {len(outside)} entries resolve outside the root {root_real!r} ({shown}). "
                                 "Remove them or pass root= a folder that contains them")
         labels_found = sorted({lab for _, lab in entries})
         classes = _resolve_classes(labels_found, classes, lambda unknown, cl: ManifestError(
-            f"{mpath}: labels {unknown} are not in classes={cl}; add them or fix the manifest"))
+            f"{mpath}: labels {_capped([repr(u) for u in unknown], sep=', ')} are not in classes={cl}; add them or fix "
+            "the manifest"))
         class_id = {c: i for i, c in enumerate(classes)}
         for rel, lab in entries:
             cand.paths.append(rel)
@@ -656,34 +674,153 @@ def _decode_check(path: str) -> str | None:
     return None
 
 
-def _read_manifest(path: Path, split: str | None) -> list[tuple[int, str, str]]:
-    """``(line, path, label)`` rows of a JSON or CSV manifest."""
+PATH_COLUMNS = ("path", "file", "filename", "file_name", "filepath", "file_path", "image", "image_path",
+                "image_file", "image_name", "img", "img_path", "relative_path", "relpath", "fname")
+LABEL_COLUMNS = ("label", "class", "class_name", "classname", "target", "category", "label_name", "y")
+SPLIT_COLUMNS = ("split", "subset", "set", "fold", "partition", "phase")
+
+
+def _column_name(cell: str) -> str:
+    return cell.strip().lower().replace(" ", "_").replace("-", "_")
+
+
+def _line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _manifest_text(path: Path) -> str:
+    """The manifest's text; errors name the file and the line of a NUL byte or a non-UTF-8 byte."""
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        with open_regular(path) as f:  # a FIFO named labels.csv must not block
+            data = f.read()
     except OSError as e:
-        raise ManifestError(f"manifest {str(path)!r} is unreadable ({e.strerror or e})") from e
+        raise ManifestError(f"manifest {str(path)!r} is unreadable ({e.strerror or e}); pass the path of a CSV or JSON "
+                            "file") from e
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise ManifestError(f"{path}: line {line} is not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start}); "
+                            "save the manifest as UTF-8") from None
+    nul = text.find("\0")
+    if nul >= 0:
+        raise ManifestError(f"{path}: line {_line_of(text, nul)} contains a NUL byte (binary data?); a manifest is a "
+                            "UTF-8 CSV or JSON text file")
+    return text
+
+
+def _read_manifest(path: Path, split: str | None, root: Path | None = None, path_column: str | None = None,
+                   label_column: str | None = None, split_column: str | None = None) -> list[tuple[str, str, str]]:
+    """``(where, path, label)`` rows of a JSON or CSV manifest; ``where`` is ``"line N"``."""
+    text = _manifest_text(path)
     if path.suffix.lower() == ".json":
+        if path_column or label_column or split_column:
+            raise ManifestError(f"manifest {str(path)!r}: path_column=/label_column=/split_column= apply to CSV "
+                                "manifests; a JSON manifest is {\"relative/path.jpg\": \"class\"}")
+
+        def no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+            out: dict = {}
+            for k, v in pairs:
+                if k in out:
+                    raise ManifestError(f"{path}: key {k!r} appears more than once (line "
+                                        f"{_json_key_line(text, k, 2)}); give each file one label")
+                out[k] = v
+            return out
+
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=no_duplicate_keys)
         except json.JSONDecodeError as e:
             raise ManifestError(f"manifest {str(path)!r} is not valid JSON ({e})") from e
+        except RecursionError:
+            raise ManifestError(f"manifest {str(path)!r}: JSON nested too deeply; expected one flat object") from None
         if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
             raise ManifestError(f"manifest {str(path)!r} must be a JSON object {{\"relative/path.jpg\": \"class\"}}")
         if split is not None:
             raise ManifestError(f"manifest {str(path)!r}: split= needs a CSV manifest with a split column")
-        return [(i + 1, k, v) for i, (k, v) in enumerate(data.items())]
+        rows = []
+        for i, (k, v) in enumerate(data.items()):
+            if not k.strip() or not v.strip():
+                what = "empty path" if not k.strip() else f"empty label for {k!r}"
+                raise ManifestError(f"{path}: line {_json_key_line(text, k)}: {what}; give every file a class name or "
+                                    "remove the entry (an empty label would become a class '')")
+            rows.append((f"entry {i + 1}", k.strip(), v.strip()))
+        return rows
+    return _read_csv_manifest(path, text, split, root, path_column, label_column, split_column)
+
+
+def _json_key_line(text: str, key: str, occurrence: int = 1) -> int | str:
+    """Line of the ``occurrence``-th appearance of ``key`` as a JSON string in ``text`` (for messages)."""
+    pos = -1
+    for encoded in (json.dumps(key, ensure_ascii=False), json.dumps(key)):
+        pos, start = -1, 0
+        for _ in range(occurrence):
+            pos = text.find(encoded, start)
+            if pos < 0:
+                break
+            start = pos + 1
+        if pos >= 0:
+            return _line_of(text, pos)
+    return "?"
+
+
+def _read_csv_manifest(path: Path, text: str, split: str | None, root: Path | None, path_column: str | None,
+                       label_column: str | None, split_column: str | None) -> list[tuple[str, str, str]]:
+    reader = ((n, row) for n, row in enumerate(csv.reader(io.StringIO(text)), start=1)
+              if row and any(c.strip() for c in row))
+    first = next(reader, None)
+    if first is None:
+        return []
+    line1, head = first
+    names = [_column_name(c) for c in head]
+    asked = {k: v for k, v in (("path_column", path_column), ("label_column", label_column),
+                               ("split_column", split_column)) if v is not None}
+
+    def find(wanted: str | None, synonyms: tuple[str, ...], arg: str) -> int | None:
+        if wanted is not None:
+            if _column_name(wanted) not in names:
+                raise ManifestError(f"{path}: {arg}={wanted!r} is not a column of the header on line {line1} "
+                                    f"(columns: {', '.join(repr(c) for c in head)})")
+            return names.index(_column_name(wanted))
+        return next((names.index(n) for n in synonyms if n in names), None)
+
+    p_i, l_i, s_i = (find(path_column, PATH_COLUMNS, "path_column"), find(label_column, LABEL_COLUMNS, "label_column"),
+                     find(split_column, SPLIT_COLUMNS, "split_column"))
+    looks_like_data = any(_column_name(c).endswith(JPEG_EXTENSIONS) for c in head) or (
+        root is not None and bool(head[0].strip()) and os.path.exists(os.path.join(root, head[0].strip())))
+    header = bool(asked) or (not looks_like_data and (p_i is not None or l_i is not None))
+    accepted = (f"a header needs a path column ({', '.join(PATH_COLUMNS)}) and a label column "
+                f"({', '.join(LABEL_COLUMNS)}), optionally a split column ({', '.join(SPLIT_COLUMNS)}); for other "
+                "names pass path_column= and label_column=")
+    if header:
+        if p_i is None or l_i is None:
+            missing = "path" if p_i is None else "label"
+            raise ManifestError(f"{path}: the header on line {line1} ({', '.join(repr(c) for c in head)}) has no "
+                                f"{missing} column; {accepted}")
+        if split is not None and s_i is None:
+            raise ManifestError(f"{path}: split={split!r} was asked but the header on line {line1} has no split column "
+                                f"({', '.join(SPLIT_COLUMNS)}); pass split_column=")
+        body, width = reader, len(head)
+    else:
+        if not looks_like_data:
+            raise ManifestError(f"{path}: line {line1} ({', '.join(repr(c) for c in head)}) looks like a header but "
+                                f"names no known column; {accepted}")
+        body, width = [first, *reader], None
+        p_i, l_i, s_i = 0, 1, 2
     rows = []
-    for line, row in enumerate(csv.reader(io.StringIO(text)), start=1):
-        if not row or all(not c.strip() for c in row):
-            continue
-        if line == 1 and row[0].strip().lower() in ("path", "file", "filename", "image"):
-            continue
-        if len(row) not in (2, 3):
+    for line, row in body:
+        if width is None and len(row) not in (2, 3):
             raise ManifestError(f"{path}: line {line} has {len(row)} columns ({row!r}); expected path,label[,split]")
+        if width is not None and len(row) != width:
+            raise ManifestError(f"{path}: line {line} has {len(row)} columns, the header on line {line1} has {width}")
+        rel, label = row[p_i].strip(), row[l_i].strip()
+        if not rel or not label:
+            what = "empty path" if not rel else f"empty label for {rel!r}"
+            raise ManifestError(f"{path}: line {line}: {what}; give every file a class name or remove the line (an "
+                                "empty label would become a class '')")
         if split is not None:
-            if len(row) != 3:
+            if s_i >= len(row):
                 raise ManifestError(f"{path}: line {line} has no split column but split={split!r} was asked")
-            if row[2].strip() != split:
+            if row[s_i].strip() != split:
                 continue
-        rows.append((line, row[0].strip(), row[1].strip()))
+        rows.append((f"line {line}", rel, label))
     return rows
