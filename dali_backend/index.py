@@ -16,6 +16,8 @@ import io
 import json
 import logging
 import os
+import zipfile
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -520,22 +522,32 @@ class SampleIndex:
             check: ``"stat"`` compares every file's size and mtime with indexing time and raises
                 :class:`StaleIndexError` listing the changed files; ``"none"`` skips that.
         """
+        if check not in ("stat", "none"):
+            raise ConfigError(f"check={check!r}; use 'stat' (default) or 'none'")
+        arrays = _read_index_arrays(path)
         try:
-            with np.load(path, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-        except (OSError, ValueError) as e:
-            raise IndexFileError(f"{path}: not a readable index file ({e}); rebuild it with SampleIndex.from_folder(...).save(...)") from e
-        needed = {"path_data", "path_offsets", "labels", "sizes", "mtimes", "widths", "heights", "meta"}
-        if not needed <= arrays.keys():
-            raise IndexFileError(f"{path}: missing arrays {sorted(needed - arrays.keys())}; not a SampleIndex file")
-        meta = json.loads(arrays["meta"].tobytes().decode("utf-8"))
-        if meta.get("format") != FORMAT_NAME or meta.get("version") != FORMAT_VERSION:
-            raise IndexFileError(f"{path}: format {meta.get('format')!r} version {meta.get('version')!r}; "
+            meta = json.loads(arrays["meta"].tobytes().decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise _damaged(path, f"its metadata is not JSON ({type(e).__name__})") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME or meta.get("version") != FORMAT_VERSION:
+            got = (meta.get("format"), meta.get("version")) if isinstance(meta, dict) else (None, None)
+            raise IndexFileError(f"{path}: format {got[0]!r} version {got[1]!r}; "
                                  f"this library reads {FORMAT_NAME!r} version {FORMAT_VERSION}. Rebuild the index")
-        index = cls(root if root is not None else meta["root"],
-                    StringTable(arrays["path_data"], arrays["path_offsets"]), arrays["labels"], meta["classes"],
-                    arrays["sizes"], arrays["mtimes"], arrays["widths"], arrays["heights"],
-                    [Rejected(p, r) for p, r in meta["rejected"]], meta["ignored"])
+        _check_meta(path, meta)
+        n = arrays["labels"].size
+        for name in ("sizes", "mtimes", "widths", "heights"):
+            if arrays[name].size != n:
+                raise _damaged(path, f"array {name!r} has {arrays[name].size} entries for {n} labels")
+        offsets, data = arrays["path_offsets"], arrays["path_data"]
+        if offsets.size != n + 1 or offsets[0] != 0 or offsets[-1] != data.size or np.any(np.diff(offsets) < 0):
+            raise _damaged(path, f"path offsets are inconsistent ({offsets.size} offsets for {n} samples and "
+                                 f"{data.size} bytes of path data)")
+        try:
+            index = cls(root if root is not None else meta["root"], StringTable(data, offsets), arrays["labels"],
+                        meta["classes"], arrays["sizes"], arrays["mtimes"], arrays["widths"], arrays["heights"],
+                        [Rejected(p, r) for p, r in meta["rejected"]], meta["ignored"])
+        except ValueError as e:  # ConfigError: labels out of range, duplicate class names
+            raise _damaged(path, str(e)) from None
         if index.fingerprint != meta["fingerprint"]:
             raise IndexFileError(f"{path}: contents do not match the saved fingerprint (file edited or corrupt); rebuild it")
         if check == "stat":
@@ -544,9 +556,90 @@ class SampleIndex:
                 shown = "; ".join(f"{p}: {w}" for p, w in changed[:5]) + ("; ..." if len(changed) > 5 else "")
                 raise StaleIndexError(f"{path}: {len(changed)} of {len(index)} files changed since indexing ({shown}). "
                                       "Rebuild the index, or load with check='none' to use it anyway")
-        elif check != "none":
-            raise ConfigError(f"check={check!r}; use 'stat' (default) or 'none'")
         return index
+
+
+# Arrays of a saved index and the integer kind each must have.
+_INDEX_ARRAYS = {"path_data": np.uint8, "path_offsets": np.int64, "labels": np.int64, "sizes": np.int64,
+                 "mtimes": np.int64, "widths": np.int32, "heights": np.int32, "meta": np.uint8}
+
+
+def _damaged(path: str | os.PathLike, what: str) -> IndexFileError:
+    return IndexFileError(f"{os.fspath(path)}: not a readable index file ({what}); rebuild it with "
+                          "SampleIndex.from_folder(...).save(...) (CLI: dali-backend index ROOT --out FILE)")
+
+
+def _read_index_arrays(path: str | os.PathLike) -> dict[str, NDArray]:
+    """The arrays of a saved index, each checked against the file before anything is allocated.
+
+    ``np.load`` trusts the shape in each member's ``.npy`` header and allocates it first, so a
+    damaged header declaring 1e12 entries asks for terabytes; here the declared size must match the
+    bytes the zip member holds, and the member cannot be larger than the file.
+    """
+    try:
+        file_size = os.stat(path).st_size
+        with open_regular(path) as f, zipfile.ZipFile(f) as zf:
+            members = {info.filename: info for info in zf.infolist()}
+            arrays = {}
+            for name, dtype in _INDEX_ARRAYS.items():
+                info = members.get(f"{name}.npy")
+                if info is None:
+                    raise _damaged(path, f"no {name!r} array; not a SampleIndex file (members: "
+                                         f"{_capped(sorted(members), sep=', ')})")
+                ratio = 1 if info.compress_type == zipfile.ZIP_STORED else 1100  # deflate expands at most ~1032x
+                if info.file_size > max(file_size, 1) * ratio:
+                    raise _damaged(path, f"member {info.filename!r} declares {info.file_size} bytes in a "
+                                         f"{file_size}-byte file")
+                with zf.open(info) as m:
+                    version = np.lib.format.read_magic(m)
+                    if version == (1, 0):
+                        shape, _, dt = np.lib.format.read_array_header_1_0(m)
+                    elif version == (2, 0):
+                        shape, _, dt = np.lib.format.read_array_header_2_0(m)
+                    else:
+                        raise _damaged(path, f"array {name!r} has .npy format version {version}")
+                    if len(shape) != 1 or dt.kind not in "iu" or dt.itemsize != np.dtype(dtype).itemsize:
+                        raise _damaged(path, f"array {name!r} is {dt} of shape {shape}; expected a 1-D "
+                                             f"{np.dtype(dtype)} array")
+                    nbytes = int(shape[0]) * dt.itemsize
+                    held = info.file_size - m.tell()
+                    if nbytes != held:
+                        raise _damaged(path, f"array {name!r} declares {shape[0]} entries ({nbytes} bytes) but its "
+                                             f"member holds {held} bytes")
+                    raw = m.read(nbytes)
+                if len(raw) != nbytes:
+                    raise _damaged(path, f"array {name!r} is cut short ({len(raw)} of {nbytes} bytes)")
+                arrays[name] = np.frombuffer(raw, dtype=dt).astype(dtype)
+            return arrays
+    except IndexFileError:
+        raise
+    except FileNotFoundError:
+        raise IndexFileError(f"{os.fspath(path)}: no such index file; build one with "
+                             "SampleIndex.from_folder(...).save(path) (CLI: dali-backend index ROOT --out FILE)") from None
+    except (OSError, EOFError, ValueError, KeyError, NotImplementedError, RuntimeError, zipfile.BadZipFile,
+            zlib.error) as e:  # NotRegularFileError is an OSError
+        raise _damaged(path, f"{type(e).__name__}: {e}") from None
+
+
+def _check_meta(path: str | os.PathLike, meta: dict) -> None:
+    """Raise IndexFileError unless ``meta`` has the fields and types :meth:`SampleIndex.save` writes."""
+    def bad(field_name: str, want: str) -> IndexFileError:
+        return _damaged(path, f"metadata field {field_name!r} is {type(meta.get(field_name)).__name__} "
+                              f"{str(meta.get(field_name))[:40]!r}; expected {want}")
+
+    for name in ("root", "fingerprint"):
+        if not isinstance(meta.get(name), str):
+            raise bad(name, "a string")
+    classes = meta.get("classes")
+    if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+        raise bad("classes", "a list of class names")
+    rejected = meta.get("rejected")
+    if not isinstance(rejected, list) or not all(
+            isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r) for r in rejected):
+        raise bad("rejected", "a list of [path, reason] pairs")
+    ignored = meta.get("ignored")
+    if not isinstance(ignored, dict) or not all(type(v) is int for v in ignored.values()):
+        raise bad("ignored", "an object of counts")
 
 
 MAX_EXAMPLES = 5
