@@ -143,6 +143,23 @@ def _subdirs(path: str) -> list[str]:
     return sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
 
 
+SPLIT_FOLDERS = frozenset({"train", "training", "val", "valid", "validation", "test", "testing"})
+
+
+def _refuse_split_layout(root: Path, found: Sequence[str]) -> None:
+    """Raise IndexBuildError if ``root`` holds split folders (``train/<class>/``) instead of classes."""
+    splits = {name: _subdirs(str(root / name)) for name in found if name.lower() in SPLIT_FOLDERS}
+    splits = {name: sub for name, sub in splits.items() if sub}
+    if not splits:
+        return
+    first = sorted(splits)[0] if "train" not in splits else "train"
+    shown = "; ".join(f"{name}/ holds {_capped(sub, 3, ', ')}" for name, sub in sorted(splits.items()))
+    raise IndexBuildError(
+        f"{str(root)!r} looks like a split layout, not one folder per class ({shown}); indexing it would take "
+        f"{', '.join(repr(n) for n in sorted(splits))} as class names. Pass split={first!r} (CLI: --split {first}) to "
+        f"index one split, or root={str(root / first)!r}. If these really are classes, pass classes= explicitly")
+
+
 def _resolve_classes(found: Sequence[str], classes: Sequence[str] | None, error) -> list[str]:
     """``classes`` as given (every found name must be in it), or the sorted found names."""
     if classes is None:
@@ -215,6 +232,30 @@ class SampleIndex:
     def __len__(self) -> int:
         return len(self._paths)
 
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        """``{class name: class id}``, as torchvision's ``ImageFolder.class_to_idx``."""
+        return {c: i for i, c in enumerate(self.classes)}
+
+    @property
+    def targets(self) -> NDArray[np.int64]:
+        """The class id of every sample, as torchvision's ``ImageFolder.targets``.
+
+        A read-only int64 numpy array (the same as :attr:`labels`), not a list: it works wherever
+        torchvision code reads ``targets`` (``len``, indexing, ``np.bincount``, ``torch.as_tensor``,
+        ``Counter``) without creating a Python object per sample.
+        """
+        return self.labels
+
+    @property
+    def samples(self) -> list[tuple[str, int]]:
+        """``[(absolute path, class id), ...]``, as torchvision's ``ImageFolder.samples``.
+
+        Built on each access (one Python tuple per sample): fine for inspection, avoid it in
+        DataLoader workers, where :meth:`abspath` and :attr:`labels` cost nothing.
+        """
+        return [(os.path.join(self.root, p), int(lab)) for p, lab in zip(self._paths, self.labels.tolist())]
+
     def abspath(self, i: int) -> str:
         """Absolute path of sample ``i``."""
         return os.path.join(self.root, self._paths[i])
@@ -252,9 +293,16 @@ class SampleIndex:
         Args:
             root: data folder.
             split: name of a split folder (``"train"``, ``"val"``); classes are then the union of the
-                class folders of every split, so the ids agree between splits.
+                class folders of every split, so the ids agree between splits. Without it, a root
+                whose sub-folders are split names (train, val, valid, validation, test, testing)
+                holding folders is refused rather than indexed with the splits as classes.
             classes: explicit class names in id order (default: sorted folder names). A class folder
-                not in this list is an error; a listed class without a folder has no samples.
+                not in this list is an error; a listed class without a folder has no samples. Giving
+                it also turns off the split-layout check (for classes really named ``test``).
+
+        Raises:
+            IndexBuildError: no folder, a split layout without ``split=``, or no usable JPEG at
+                all (the message says what was found instead).
             verify: ``"header"`` (markers and frame size, default), ``"decode"`` (also decode every
                 file with libjpeg-turbo in strict mode), or ``"none"`` (trust the files). Only
                 ``"decode"`` catches a scan cut short and re-terminated with an end-of-image marker
@@ -277,6 +325,8 @@ class SampleIndex:
             base = root_path / split
         else:
             found = _subdirs(str(root_path))
+            if classes is None:
+                _refuse_split_layout(root_path, found)
         classes = _resolve_classes(found, classes, lambda unknown, cl: IndexBuildError(
             f"class folders [{_capped([repr(u) for u in unknown], sep=', ')}] under {str(base)!r} are not in classes={cl}; "
             "add them to classes= or move them out of the root"))
@@ -518,9 +568,15 @@ class SampleIndex:
 
         Args:
             path: the index file.
-            root: data root to use instead of the saved one (the data moved).
+            root: data root to use instead of the saved one (the data moved; CLI ``--root``).
             check: ``"stat"`` compares every file's size and mtime with indexing time and raises
-                :class:`StaleIndexError` listing the changed files; ``"none"`` skips that.
+                :class:`StaleIndexError` listing the changed files; ``"none"`` skips that (CLI
+                ``--no-check``).
+
+        Raises:
+            IndexFileError: the file is missing, not an index, or damaged (rebuild it).
+            StaleIndexError: ``check="stat"`` found changed or missing files; when most are
+                missing, the message says to pass ``root=`` (the data moved).
         """
         if check not in ("stat", "none"):
             raise ConfigError(f"check={check!r}; use 'stat' (default) or 'none'")
@@ -553,9 +609,14 @@ class SampleIndex:
         if check == "stat":
             changed = index.changed_files()
             if changed:
-                shown = "; ".join(f"{p}: {w}" for p, w in changed[:5]) + ("; ..." if len(changed) > 5 else "")
-                raise StaleIndexError(f"{path}: {len(changed)} of {len(index)} files changed since indexing ({shown}). "
-                                      "Rebuild the index, or load with check='none' to use it anyway")
+                shown = _capped([f"{p}: {w}" for p, w in changed])
+                text = f"{path}: {len(changed)} of {len(index)} files changed since indexing ({shown}). "
+                missing = sum(w == "missing" for _, w in changed)
+                if missing * 2 > len(index) or not os.path.isdir(index.root):
+                    text += (f"{missing} of {len(index)} files are missing under {index.root!r}: if the data moved, "
+                             "pass root='NEW/LOCATION' to SampleIndex.load (CLI: --root NEW/LOCATION). Otherwise ")
+                fix = "rebuild the index, or pass check='none' to SampleIndex.load (CLI: --no-check) to use it anyway"
+                raise StaleIndexError(text + (fix if text.endswith("Otherwise ") else fix[0].upper() + fix[1:]))
         return index
 
 
