@@ -16,18 +16,21 @@ import io
 import json
 import logging
 import os
+import zipfile
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
-from .errors import ConfigError, IndexBuildError, IndexFileError, ManifestError, StaleIndexError
-from .jpeg import DEFAULT_MAX_PIXELS, check_jpeg
+from .errors import (ConfigError, IndexBuildError, IndexFileError, ManifestError, MissingDependencyError,
+                     StaleIndexError)
+from .jpeg import DEFAULT_MAX_PIXELS, check_jpeg, not_regular_reason, open_regular
 from .labelling import DEFAULT_KEYWORDS, KeywordRules
 from .progress import track
 from .strings import StringTable
@@ -35,6 +38,9 @@ from .strings import StringTable
 log = logging.getLogger("dali_backend")
 
 JPEG_EXTENSIONS = (".jpg", ".jpeg")
+# Files this package writes into data folders (dali_backend/synthetic.py's cache marker): never
+# reported as ignored user files.
+PACKAGE_FILES = frozenset({".synthetic.json"})
 FORMAT_NAME = "dali_backend.SampleIndex"
 FORMAT_VERSION = 1
 Verify = Literal["header", "decode", "none"]
@@ -56,6 +62,19 @@ class _Candidates:
     labels: list[int]
     rejected: list[Rejected]
     ignored: Counter
+    extensions: Counter = field(default_factory=Counter)  # non-JPEG files by extension, for error messages
+
+    def ignore(self, name: str) -> None:
+        """Count a non-sample file ``name`` (hidden, ``._*``, other extension); package files are skipped."""
+        if name in PACKAGE_FILES:
+            return
+        if name.startswith("._"):
+            self.ignored["macOS ._ file"] += 1
+        elif name.startswith("."):
+            self.ignored["hidden"] += 1
+        else:
+            self.ignored["not .jpg/.jpeg"] += 1
+            self.extensions[os.path.splitext(name)[1].lower()] += 1
 
 
 def _norm_rel(rel: str) -> str:
@@ -66,27 +85,38 @@ def _is_inside(path: str, root_real: str) -> bool:
     return path == root_real or path.startswith(root_real.rstrip(os.sep) + os.sep)
 
 
+def _sorted_entries(folder: str, root: str, cand: _Candidates) -> list[os.DirEntry]:
+    try:
+        with os.scandir(folder) as it:
+            return sorted(it, key=lambda e: e.name)
+    except OSError as e:
+        cand.rejected.append(Rejected(_norm_rel(os.path.relpath(folder, root)), f"unreadable folder ({e.strerror or e})"))
+        return []
+
+
 def _walk_jpegs(top: str, root: str, root_real: str, allow_outside_symlinks: bool, cand: _Candidates, label: int,
                 visited: set[str]) -> None:
-    """Append every JPEG below ``top`` (sorted, recursive) to ``cand`` with ``label``.
+    """Append every JPEG below ``top`` (sorted, depth first) to ``cand`` with ``label``.
 
     Paths are made relative to ``root`` (as the user gave it); containment is checked on ``root_real``.
+    Iterative (an explicit stack of folder listings), so folder depth is not bounded by Python's
+    recursion limit. Nothing is opened here: entries are classified by ``stat`` only.
     """
-    try:
-        entries = sorted(os.scandir(top), key=lambda e: e.name)
-    except OSError as e:
-        cand.rejected.append(Rejected(_norm_rel(os.path.relpath(top, root)), f"unreadable folder ({e.strerror or e})"))
-        return
-    for entry in entries:
+    # (listing, real path of the folder listed): a plain sub-folder's real path is its parent's plus
+    # its name, so only symlinks pay for realpath() (which is O(depth) per call).
+    stack = [(iter(_sorted_entries(top, root, cand)), os.path.realpath(top))]
+    while stack:
+        listing, folder_real = stack[-1]
+        entry = next(listing, None)
+        if entry is None:
+            stack.pop()
+            continue
         name = entry.name
-        rel = _norm_rel(os.path.relpath(entry.path, root))
-        if name.startswith("._"):
-            cand.ignored["macOS ._ file"] += 1
-            continue
         if name.startswith("."):
-            cand.ignored["hidden"] += 1
+            cand.ignore(name)
             continue
-        target = entry.path
+        rel = _norm_rel(os.path.relpath(entry.path, root))
+        target = os.path.join(folder_real, name)
         if entry.is_symlink():
             target = os.path.realpath(entry.path)
             if not os.path.exists(target):
@@ -97,21 +127,37 @@ def _walk_jpegs(top: str, root: str, root_real: str, allow_outside_symlinks: boo
                     rel, f"symlink leaves the data root (-> {target}); pass allow_outside_symlinks=True to follow it"))
                 continue
         if entry.is_dir(follow_symlinks=True):
-            real = os.path.realpath(target)
-            if real in visited:
+            if target in visited:
                 cand.ignored["symlink loop"] += 1
                 continue
-            visited.add(real)
-            _walk_jpegs(entry.path, root, root_real, allow_outside_symlinks, cand, label, visited)
+            visited.add(target)
+            stack.append((iter(_sorted_entries(entry.path, root, cand)), target))
         elif name.lower().endswith(JPEG_EXTENSIONS):
             cand.paths.append(rel)
             cand.labels.append(label)
         else:
-            cand.ignored["not .jpg/.jpeg"] += 1
+            cand.ignore(name)
 
 
 def _subdirs(path: str) -> list[str]:
     return sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
+
+
+SPLIT_FOLDERS = frozenset({"train", "training", "val", "valid", "validation", "test", "testing"})
+
+
+def _refuse_split_layout(root: Path, found: Sequence[str]) -> None:
+    """Raise IndexBuildError if ``root`` holds split folders (``train/<class>/``) instead of classes."""
+    splits = {name: _subdirs(str(root / name)) for name in found if name.lower() in SPLIT_FOLDERS}
+    splits = {name: sub for name, sub in splits.items() if sub}
+    if not splits:
+        return
+    first = sorted(splits)[0] if "train" not in splits else "train"
+    shown = "; ".join(f"{name}/ holds {_capped(sub, 3, ', ')}" for name, sub in sorted(splits.items()))
+    raise IndexBuildError(
+        f"{str(root)!r} looks like a split layout, not one folder per class ({shown}); indexing it would take "
+        f"{', '.join(repr(n) for n in sorted(splits))} as class names. Pass split={first!r} (CLI: --split {first}) to "
+        f"index one split, or root={str(root / first)!r}. If these really are classes, pass classes= explicitly")
 
 
 def _resolve_classes(found: Sequence[str], classes: Sequence[str] | None, error) -> list[str]:
@@ -123,11 +169,6 @@ def _resolve_classes(found: Sequence[str], classes: Sequence[str] | None, error)
     if unknown:
         raise error(unknown, classes)
     return classes
-
-
-def _stat_sig(path: str) -> tuple[int, int]:
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns
 
 
 class SampleIndex:
@@ -191,6 +232,30 @@ class SampleIndex:
     def __len__(self) -> int:
         return len(self._paths)
 
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        """``{class name: class id}``, as torchvision's ``ImageFolder.class_to_idx``."""
+        return {c: i for i, c in enumerate(self.classes)}
+
+    @property
+    def targets(self) -> NDArray[np.int64]:
+        """The class id of every sample, as torchvision's ``ImageFolder.targets``.
+
+        A read-only int64 numpy array (the same as :attr:`labels`), not a list: it works wherever
+        torchvision code reads ``targets`` (``len``, indexing, ``np.bincount``, ``torch.as_tensor``,
+        ``Counter``) without creating a Python object per sample.
+        """
+        return self.labels
+
+    @property
+    def samples(self) -> list[tuple[str, int]]:
+        """``[(absolute path, class id), ...]``, as torchvision's ``ImageFolder.samples``.
+
+        Built on each access (one Python tuple per sample): fine for inspection, avoid it in
+        DataLoader workers, where :meth:`abspath` and :attr:`labels` cost nothing.
+        """
+        return [(os.path.join(self.root, p), int(lab)) for p, lab in zip(self._paths, self.labels.tolist())]
+
     def abspath(self, i: int) -> str:
         """Absolute path of sample ``i``."""
         return os.path.join(self.root, self._paths[i])
@@ -203,8 +268,7 @@ class SampleIndex:
         counts = ", ".join(f"{c} {k}" for c, k in zip(self.classes, self.class_counts()))
         text = f"indexed {len(self)} files in {len(self.classes)} classes ({counts}) under {self.root}"
         if self.rejected:
-            reasons = Counter(r.reason.split(" (")[0].split(";")[0] for r in self.rejected)
-            text += f"; rejected {len(self.rejected)} (" + ", ".join(f"{k}: {v}" for k, v in reasons.most_common()) + ")"
+            text += f"; rejected {_rejected_digest(self.rejected)}"
         if self.ignored:
             text += f"; ignored {sum(self.ignored.values())} (" + ", ".join(f"{k}: {v}" for k, v in sorted(self.ignored.items())) + ")"
         return text
@@ -229,11 +293,20 @@ class SampleIndex:
         Args:
             root: data folder.
             split: name of a split folder (``"train"``, ``"val"``); classes are then the union of the
-                class folders of every split, so the ids agree between splits.
+                class folders of every split, so the ids agree between splits. Without it, a root
+                whose sub-folders are split names (train, val, valid, validation, test, testing)
+                holding folders is refused rather than indexed with the splits as classes.
             classes: explicit class names in id order (default: sorted folder names). A class folder
-                not in this list is an error; a listed class without a folder has no samples.
+                not in this list is an error; a listed class without a folder has no samples. Giving
+                it also turns off the split-layout check (for classes really named ``test``).
+
+        Raises:
+            IndexBuildError: no folder, a split layout without ``split=``, or no usable JPEG at
+                all (the message says what was found instead).
             verify: ``"header"`` (markers and frame size, default), ``"decode"`` (also decode every
-                file), or ``"none"`` (trust the files).
+                file with libjpeg-turbo in strict mode), or ``"none"`` (trust the files). Only
+                ``"decode"`` catches a scan cut short and re-terminated with an end-of-image marker
+                (it would decode with its bottom rows flat grey) or corrupt entropy data.
             max_pixels: refuse files whose frame header declares more pixels than this.
             allow_outside_symlinks: follow symlinks that point outside ``root`` (refused by default).
             workers: threads used to read headers (I/O bound).
@@ -252,22 +325,22 @@ class SampleIndex:
             base = root_path / split
         else:
             found = _subdirs(str(root_path))
+            if classes is None:
+                _refuse_split_layout(root_path, found)
         classes = _resolve_classes(found, classes, lambda unknown, cl: IndexBuildError(
-            f"class folders {unknown} under {str(base)!r} are not in classes={cl}; add them to classes= or move them "
-            "out of the root"))
+            f"class folders [{_capped([repr(u) for u in unknown], sep=', ')}] under {str(base)!r} are not in classes={cl}; "
+            "add them to classes= or move them out of the root"))
         if not classes:
             raise IndexBuildError(f"no class folders under {str(base)!r}; expected {str(base)}/<class>/*.jpg")
         cand = _Candidates([], [], [], Counter())
         visited = {root_real}
         for entry in sorted(os.scandir(base), key=lambda e: e.name):
-            if entry.is_file() or (entry.is_symlink() and not entry.is_dir()):
-                if entry.name.startswith("."):
-                    cand.ignored["hidden"] += 1
-                elif entry.name.lower().endswith(JPEG_EXTENSIONS):
+            if not entry.is_dir():
+                if entry.name.lower().endswith(JPEG_EXTENSIONS) and not entry.name.startswith("."):
                     cand.rejected.append(Rejected(_norm_rel(os.path.relpath(entry.path, root_path)),
                                                   "not inside a class folder; move it into <root>/<class>/"))
                 else:
-                    cand.ignored["not .jpg/.jpeg"] += 1
+                    cand.ignore(entry.name)
         for label, name in enumerate(classes):
             folder = base / name
             if not folder.is_dir():
@@ -312,49 +385,67 @@ class SampleIndex:
     @classmethod
     def from_manifest(cls, path: str | os.PathLike, root: str | os.PathLike | None = None, split: str | None = None, *,
                       classes: Sequence[str] | None = None, verify: Verify = "header",
-                      max_pixels: int = DEFAULT_MAX_PIXELS, workers: int = 8, progress: bool | None = None) -> SampleIndex:
+                      max_pixels: int = DEFAULT_MAX_PIXELS, workers: int = 8, progress: bool | None = None,
+                      path_column: str | None = None, label_column: str | None = None,
+                      split_column: str | None = None) -> SampleIndex:
         """Index the files listed in a manifest.
 
         Args:
-            path: a JSON object ``{"relative/path.jpg": "class", ...}`` (``.json``), or a CSV file
-                ``path,label[,split]`` with an optional header row.
+            path: a JSON object ``{"relative/path.jpg": "class", ...}`` (``.json``; a key given twice
+                is an error), or a UTF-8 CSV file. A CSV without a header row has the columns
+                ``path,label[,split]``. A header row is read by name: the path column may be called
+                any of :data:`PATH_COLUMNS` (``path``, ``file``, ``filename``, ``image``,
+                ``image_path``, ``filepath``, ``img``, ...), the label column any of
+                :data:`LABEL_COLUMNS` (``label``, ``class``, ``class_name``, ``target``,
+                ``category``, ...) and the optional split column any of :data:`SPLIT_COLUMNS`
+                (``split``, ``subset``, ``set``, ``fold``, ...); other columns are ignored. A first
+                row that looks like a header (no cell names a ``.jpg``/``.jpeg`` or an existing
+                file) but has none of these names is an error: pass ``path_column=`` and
+                ``label_column=``.
             root: folder the manifest paths are relative to (default: the manifest's folder). An
                 entry resolving outside it (``../``, absolute paths elsewhere, symlinks) is refused.
-            split: keep only CSV rows whose third column equals this.
+            split: keep only CSV rows whose split column equals this.
             classes: explicit class names in id order (default: sorted labels found). A label not in
-                this list is an error.
+                this list is an error. An empty label is always an error (file and line named).
+            path_column, label_column, split_column: CSV header names of the columns to use, for
+                headers with other names (the CSV must then have a header row).
         """
         mpath = Path(path)
         root_path = Path(root) if root is not None else mpath.parent
         if not root_path.is_dir():
             raise ManifestError(f"manifest root {str(root_path)!r} is not a folder; pass root= the folder the paths are relative to")
-        rows = _read_manifest(mpath, split)
+        rows = _read_manifest(mpath, split, root_path, path_column, label_column, split_column)
         root_real = os.path.realpath(root_path)
         outside = []
         cand = _Candidates([], [], [], Counter())
-        seen: dict[str, tuple[int, str]] = {}
+        seen: dict[str, tuple[str, str]] = {}
         entries = []
-        for line, rel, label in rows:
-            full = rel if os.path.isabs(rel) else os.path.join(root_path, rel)
-            real = os.path.realpath(full)
-            if not _is_inside(real, root_real):
-                outside.append(f"line {line}: {rel!r} -> {real}")
-                continue
-            rel_norm = _norm_rel(os.path.relpath(os.path.abspath(full), os.path.abspath(root_path)))
+        normalised: dict[str, str] = {}  # rel as written -> rel_norm: a repeated line costs no realpath()
+        root_abs = os.path.abspath(root_path)
+        for where, rel, label in rows:
+            rel_norm = normalised.get(rel)
+            if rel_norm is None:
+                full = rel if os.path.isabs(rel) else os.path.join(root_path, rel)
+                real = os.path.realpath(full)
+                if not _is_inside(real, root_real):
+                    outside.append(f"{where}: {rel!r} -> {real}")
+                    continue
+                rel_norm = normalised[rel] = _norm_rel(os.path.relpath(os.path.abspath(full), root_abs))
             if rel_norm in seen:
-                first_line, first_label = seen[rel_norm]
+                first_where, first_label = seen[rel_norm]
                 what = "conflicting label " + repr(label) + " vs " + repr(first_label) if label != first_label else "duplicate"
-                cand.rejected.append(Rejected(rel_norm, f"{what}: listed again at line {line} (first at line {first_line})"))
+                cand.rejected.append(Rejected(rel_norm, f"{what}: listed again at {where} (first at {first_where})"))
                 continue
-            seen[rel_norm] = (line, label)
+            seen[rel_norm] = (where, label)
             entries.append((rel_norm, label))
         if outside:
-            shown = "; ".join(outside[:5]) + (f"; and {len(outside) - 5} more" if len(outside) > 5 else "")
+            shown = _capped(outside)
             raise ManifestError(f"{mpath}: {len(outside)} entries resolve outside the root {root_real!r} ({shown}). "
                                 "Remove them or pass root= a folder that contains them")
         labels_found = sorted({lab for _, lab in entries})
         classes = _resolve_classes(labels_found, classes, lambda unknown, cl: ManifestError(
-            f"{mpath}: labels {unknown} are not in classes={cl}; add them or fix the manifest"))
+            f"{mpath}: labels {_capped([repr(u) for u in unknown], sep=', ')} are not in classes={cl}; add them or fix "
+            "the manifest"))
         class_id = {c: i for i, c in enumerate(classes)}
         for rel, lab in entries:
             cand.paths.append(rel)
@@ -374,29 +465,36 @@ class SampleIndex:
         n = len(cand.paths)
         decode = verify == "decode"
 
-        def check(rel: str) -> tuple[str | None, int, int, int, int]:
+        def check(rel: str) -> tuple[str | None, int, int, int, int, tuple]:
             full = os.path.join(root_s, rel)
             try:
-                size, mtime = _stat_sig(full)
+                st = os.stat(full)  # follows symlinks; opens nothing
             except FileNotFoundError:
-                return "missing file", 0, 0, 0, 0
+                return "missing file", 0, 0, 0, 0, ()
             except OSError as e:
-                return f"unreadable ({type(e).__name__}: {e.strerror or e})", 0, 0, 0, 0
-            if verify == "none":
-                return None, size, mtime, 0, 0
+                return f"unreadable ({type(e).__name__}: {e.strerror or e})", 0, 0, 0, 0, ()
+            size, mtime = st.st_size, st.st_mtime_ns
+            identity = (st.st_dev, st.st_ino) if st.st_ino else (os.path.realpath(full),)
+            reason = not_regular_reason(st.st_mode)  # a FIFO would block the first open() forever
+            if reason or verify == "none":
+                return reason, size, mtime, 0, 0, identity
             res = check_jpeg(full, max_pixels)
             if res.reason is None and decode:
                 reason = _decode_check(full)
                 if reason:
-                    return reason, size, mtime, res.width, res.height
-            return res.reason, size, mtime, res.width, res.height
+                    return reason, size, mtime, res.width, res.height, identity
+            return res.reason, size, mtime, res.width, res.height, identity
 
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             results = list(track(pool.map(check, cand.paths), total=n, desc="indexing", enabled=progress))
-        keep = [i for i, r in enumerate(results) if r[0] is None]
-        rejected = list(cand.rejected) + [Rejected(cand.paths[i], r[0]) for i, r in enumerate(results) if r[0] is not None]
+        reasons = [r[0] for r in results]
+        _reject_same_file_twice(cand, classes, reasons, [r[5] for r in results])
+        keep = [i for i, r in enumerate(reasons) if r is None]
+        rejected = list(cand.rejected) + [Rejected(cand.paths[i], r) for i, r in enumerate(reasons) if r is not None]
         rejected.sort(key=lambda r: r.path)
-        cols = np.array([r[1:] for r in results], dtype=np.int64).reshape(-1, 4)[keep]
+        if not keep:
+            raise IndexBuildError(_nothing_indexed(root, cand, rejected))
+        cols = np.array([r[1:5] for r in results], dtype=np.int64).reshape(-1, 4)[keep]
         index = cls(root, StringTable.from_strings(cand.paths[i] for i in keep), np.asarray(cand.labels, np.int64)[keep],
                     classes, cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], rejected, cand.ignored)
         log.info("%s", index.summary())
@@ -434,11 +532,15 @@ class SampleIndex:
         for i in range(len(self)) if positions is None else positions:
             full = self.abspath(i)
             try:
-                size, mtime = _stat_sig(full)
+                st = os.stat(full)  # never opens the file
             except OSError:
                 out.append((self._paths[i], "missing"))
                 continue
-            if size != self.sizes[i]:
+            size, mtime = st.st_size, st.st_mtime_ns
+            reason = not_regular_reason(st.st_mode)
+            if reason:
+                out.append((self._paths[i], reason))
+            elif size != self.sizes[i]:
                 out.append((self._paths[i], f"size {self.sizes[i]} -> {size} bytes"))
             elif mtime != self.mtimes[i]:
                 out.append((self._paths[i], "modified (mtime changed)"))
@@ -466,37 +568,219 @@ class SampleIndex:
 
         Args:
             path: the index file.
-            root: data root to use instead of the saved one (the data moved).
+            root: data root to use instead of the saved one (the data moved; CLI ``--root``).
             check: ``"stat"`` compares every file's size and mtime with indexing time and raises
-                :class:`StaleIndexError` listing the changed files; ``"none"`` skips that.
+                :class:`StaleIndexError` listing the changed files; ``"none"`` skips that (CLI
+                ``--no-check``).
+
+        Raises:
+            IndexFileError: the file is missing, not an index, or damaged (rebuild it).
+            StaleIndexError: ``check="stat"`` found changed or missing files; when most are
+                missing, the message says to pass ``root=`` (the data moved).
         """
+        if check not in ("stat", "none"):
+            raise ConfigError(f"check={check!r}; use 'stat' (default) or 'none'")
+        arrays = _read_index_arrays(path)
         try:
-            with np.load(path, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-        except (OSError, ValueError) as e:
-            raise IndexFileError(f"{path}: not a readable index file ({e}); rebuild it with SampleIndex.from_folder(...).save(...)") from e
-        needed = {"path_data", "path_offsets", "labels", "sizes", "mtimes", "widths", "heights", "meta"}
-        if not needed <= arrays.keys():
-            raise IndexFileError(f"{path}: missing arrays {sorted(needed - arrays.keys())}; not a SampleIndex file")
-        meta = json.loads(arrays["meta"].tobytes().decode("utf-8"))
-        if meta.get("format") != FORMAT_NAME or meta.get("version") != FORMAT_VERSION:
-            raise IndexFileError(f"{path}: format {meta.get('format')!r} version {meta.get('version')!r}; "
+            meta = json.loads(arrays["meta"].tobytes().decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise _damaged(path, f"its metadata is not JSON ({type(e).__name__})") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME or meta.get("version") != FORMAT_VERSION:
+            got = (meta.get("format"), meta.get("version")) if isinstance(meta, dict) else (None, None)
+            raise IndexFileError(f"{path}: format {got[0]!r} version {got[1]!r}; "
                                  f"this library reads {FORMAT_NAME!r} version {FORMAT_VERSION}. Rebuild the index")
-        index = cls(root if root is not None else meta["root"],
-                    StringTable(arrays["path_data"], arrays["path_offsets"]), arrays["labels"], meta["classes"],
-                    arrays["sizes"], arrays["mtimes"], arrays["widths"], arrays["heights"],
-                    [Rejected(p, r) for p, r in meta["rejected"]], meta["ignored"])
+        _check_meta(path, meta)
+        n = arrays["labels"].size
+        for name in ("sizes", "mtimes", "widths", "heights"):
+            if arrays[name].size != n:
+                raise _damaged(path, f"array {name!r} has {arrays[name].size} entries for {n} labels")
+        offsets, data = arrays["path_offsets"], arrays["path_data"]
+        if offsets.size != n + 1 or offsets[0] != 0 or offsets[-1] != data.size or np.any(np.diff(offsets) < 0):
+            raise _damaged(path, f"path offsets are inconsistent ({offsets.size} offsets for {n} samples and "
+                                 f"{data.size} bytes of path data)")
+        try:
+            index = cls(root if root is not None else meta["root"], StringTable(data, offsets), arrays["labels"],
+                        meta["classes"], arrays["sizes"], arrays["mtimes"], arrays["widths"], arrays["heights"],
+                        [Rejected(p, r) for p, r in meta["rejected"]], meta["ignored"])
+        except ValueError as e:  # ConfigError: labels out of range, duplicate class names
+            raise _damaged(path, str(e)) from None
         if index.fingerprint != meta["fingerprint"]:
             raise IndexFileError(f"{path}: contents do not match the saved fingerprint (file edited or corrupt); rebuild it")
         if check == "stat":
             changed = index.changed_files()
             if changed:
-                shown = "; ".join(f"{p}: {w}" for p, w in changed[:5]) + ("; ..." if len(changed) > 5 else "")
-                raise StaleIndexError(f"{path}: {len(changed)} of {len(index)} files changed since indexing ({shown}). "
-                                      "Rebuild the index, or load with check='none' to use it anyway")
-        elif check != "none":
-            raise ConfigError(f"check={check!r}; use 'stat' (default) or 'none'")
+                shown = _capped([f"{p}: {w}" for p, w in changed])
+                text = f"{path}: {len(changed)} of {len(index)} files changed since indexing ({shown}). "
+                missing = sum(w == "missing" for _, w in changed)
+                if missing * 2 > len(index) or not os.path.isdir(index.root):
+                    text += (f"{missing} of {len(index)} files are missing under {index.root!r}: if the data moved, "
+                             "pass root='NEW/LOCATION' to SampleIndex.load (CLI: --root NEW/LOCATION). Otherwise ")
+                fix = "rebuild the index, or pass check='none' to SampleIndex.load (CLI: --no-check) to use it anyway"
+                raise StaleIndexError(text + (fix if text.endswith("Otherwise ") else fix[0].upper() + fix[1:]))
         return index
+
+
+# Arrays of a saved index and the integer kind each must have.
+_INDEX_ARRAYS = {"path_data": np.uint8, "path_offsets": np.int64, "labels": np.int64, "sizes": np.int64,
+                 "mtimes": np.int64, "widths": np.int32, "heights": np.int32, "meta": np.uint8}
+
+
+def _damaged(path: str | os.PathLike, what: str) -> IndexFileError:
+    return IndexFileError(f"{os.fspath(path)}: not a readable index file ({what}); rebuild it with "
+                          "SampleIndex.from_folder(...).save(...) (CLI: dali-backend index ROOT --out FILE)")
+
+
+def _read_index_arrays(path: str | os.PathLike) -> dict[str, NDArray]:
+    """The arrays of a saved index, each checked against the file before anything is allocated.
+
+    ``np.load`` trusts the shape in each member's ``.npy`` header and allocates it first, so a
+    damaged header declaring 1e12 entries asks for terabytes; here the declared size must match the
+    bytes the zip member holds, and the member cannot be larger than the file.
+    """
+    try:
+        file_size = os.stat(path).st_size
+        with open_regular(path) as f, zipfile.ZipFile(f) as zf:
+            members = {info.filename: info for info in zf.infolist()}
+            arrays = {}
+            for name, dtype in _INDEX_ARRAYS.items():
+                info = members.get(f"{name}.npy")
+                if info is None:
+                    raise _damaged(path, f"no {name!r} array; not a SampleIndex file (members: "
+                                         f"{_capped(sorted(members), sep=', ')})")
+                ratio = 1 if info.compress_type == zipfile.ZIP_STORED else 1100  # deflate expands at most ~1032x
+                if info.file_size > max(file_size, 1) * ratio:
+                    raise _damaged(path, f"member {info.filename!r} declares {info.file_size} bytes in a "
+                                         f"{file_size}-byte file")
+                with zf.open(info) as m:
+                    version = np.lib.format.read_magic(m)
+                    if version == (1, 0):
+                        shape, _, dt = np.lib.format.read_array_header_1_0(m)
+                    elif version == (2, 0):
+                        shape, _, dt = np.lib.format.read_array_header_2_0(m)
+                    else:
+                        raise _damaged(path, f"array {name!r} has .npy format version {version}")
+                    if len(shape) != 1 or dt.kind not in "iu" or dt.itemsize != np.dtype(dtype).itemsize:
+                        raise _damaged(path, f"array {name!r} is {dt} of shape {shape}; expected a 1-D "
+                                             f"{np.dtype(dtype)} array")
+                    nbytes = int(shape[0]) * dt.itemsize
+                    held = info.file_size - m.tell()
+                    if nbytes != held:
+                        raise _damaged(path, f"array {name!r} declares {shape[0]} entries ({nbytes} bytes) but its "
+                                             f"member holds {held} bytes")
+                    raw = m.read(nbytes)
+                if len(raw) != nbytes:
+                    raise _damaged(path, f"array {name!r} is cut short ({len(raw)} of {nbytes} bytes)")
+                arrays[name] = np.frombuffer(raw, dtype=dt).astype(dtype)
+            return arrays
+    except IndexFileError:
+        raise
+    except FileNotFoundError:
+        raise IndexFileError(f"{os.fspath(path)}: no such index file; build one with "
+                             "SampleIndex.from_folder(...).save(path) (CLI: dali-backend index ROOT --out FILE)") from None
+    except (OSError, EOFError, ValueError, KeyError, NotImplementedError, RuntimeError, zipfile.BadZipFile,
+            zlib.error) as e:  # NotRegularFileError is an OSError
+        raise _damaged(path, f"{type(e).__name__}: {e}") from None
+
+
+def _check_meta(path: str | os.PathLike, meta: dict) -> None:
+    """Raise IndexFileError unless ``meta`` has the fields and types :meth:`SampleIndex.save` writes."""
+    def bad(field_name: str, want: str) -> IndexFileError:
+        return _damaged(path, f"metadata field {field_name!r} is {type(meta.get(field_name)).__name__} "
+                              f"{str(meta.get(field_name))[:40]!r}; expected {want}")
+
+    for name in ("root", "fingerprint"):
+        if not isinstance(meta.get(name), str):
+            raise bad(name, "a string")
+    classes = meta.get("classes")
+    if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+        raise bad("classes", "a list of class names")
+    rejected = meta.get("rejected")
+    if not isinstance(rejected, list) or not all(
+            isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r) for r in rejected):
+        raise bad("rejected", "a list of [path, reason] pairs")
+    ignored = meta.get("ignored")
+    if not isinstance(ignored, dict) or not all(type(v) is int for v in ignored.values()):
+        raise bad("ignored", "an object of counts")
+
+
+MAX_EXAMPLES = 5
+
+
+def _capped(items: Sequence[str], k: int = MAX_EXAMPLES, sep: str = "; ") -> str:
+    """At most ``k`` of ``items`` joined, then ``and N more``: error and log lines stay short."""
+    shown = sep.join(items[:k])
+    return shown + (f"{sep}and {len(items) - k} more" if len(items) > k else "")
+
+
+def _reason_kind(reason: str) -> str:
+    """The kind of a rejection reason, without its per-file details (for summaries)."""
+    for prefix, kind in (("same file as", "same file under two labels"), ("duplicate", "duplicate"),
+                         ("conflicting label", "conflicting label")):
+        if reason.startswith(prefix):
+            return kind
+    return reason.split(" (")[0].split(";")[0].split(":")[0]
+
+
+def _rejected_digest(rejected: Sequence[Rejected]) -> str:
+    """``N (kind: count, ...; e.g. path: reason, ...)`` with a handful of kinds and examples."""
+    kinds = Counter(_reason_kind(r.reason) for r in rejected).most_common()
+    text = _capped([f"{k}: {v}" for k, v in kinds], sep=", ")
+
+    def short(reason: str) -> str:
+        return reason if len(reason) <= 120 else reason[:117] + "..."
+
+    examples = _capped([f"{r.path}: {short(r.reason)}" for r in rejected[:3]] + [""] * max(0, len(rejected) - 3), 3)
+    return f"{len(rejected)} ({text}; e.g. {examples})"
+
+
+def _reject_same_file_twice(cand: _Candidates, classes: Sequence[str], reasons: list[str | None],
+                            identities: list[tuple]) -> None:
+    """Set a reason on candidates that are one file reached by two paths (symlinks, hard links).
+
+    Under two labels, every path to the file is rejected (one image cannot have two labels); in one
+    class, the first path (in candidate order) is kept and the others are reported as duplicates.
+    """
+    groups: dict[tuple, list[int]] = {}
+    for i, (reason, ident) in enumerate(zip(reasons, identities)):
+        if reason is None and ident:
+            groups.setdefault(ident, []).append(i)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        if len({cand.labels[i] for i in members}) > 1:
+            for i in members:
+                others = [j for j in members if cand.labels[j] != cand.labels[i]]
+                j = others[0]
+                more = f" and {len(others) - 1} more" if len(others) > 1 else ""
+                reasons[i] = (f"same file as {cand.paths[j]} (class {classes[cand.labels[j]]}){more}: one image cannot "
+                              "have two labels; remove one link")
+        else:
+            first = members[0]
+            for i in members[1:]:
+                reasons[i] = (f"duplicate: same file as {cand.paths[first]} (class {classes[cand.labels[first]]}), "
+                              "indexed once; remove the extra link")
+
+
+def _nothing_indexed(root: Path, cand: _Candidates, rejected: Sequence[Rejected]) -> str:
+    """The error text for an index with no samples: what was found instead."""
+    where = f"under {str(root)!r}"
+    if rejected:
+        n = len(rejected)
+        text = f"no usable JPEG files {where}: {n} file{'s' if n != 1 else ''} rejected ({_rejected_digest(rejected).split(' (', 1)[1]}"
+    else:
+        text = f"no JPEG files {where}"
+        if cand.extensions:
+            top = cand.extensions.most_common(3)
+            parts = [f"{k} {ext[1:].upper() if ext else 'extension-less'} file{'s' if k != 1 else ''}" for ext, k in top]
+            other = sum(cand.extensions.values()) - sum(k for _, k in top)
+            if other:
+                parts.append(f"{other} other file{'s' if other != 1 else ''}")
+            text += ": " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])
+            text += " ignored (only .jpg/.jpeg is supported)"
+    hidden = {k: v for k, v in cand.ignored.items() if k != "not .jpg/.jpeg"}
+    if hidden:
+        text += "; also skipped: " + ", ".join(f"{k}: {v}" for k, v in sorted(hidden.items()))
+    return text + (". Fix or remove the rejected files" if rejected else ". Check the path, or convert the images to JPEG")
 
 
 def split_keys(paths: Iterable[str], seed: int) -> NDArray[np.float64]:
@@ -507,42 +791,190 @@ def split_keys(paths: Iterable[str], seed: int) -> NDArray[np.float64]:
 
 
 def _decode_check(path: str) -> str | None:
+    """Decode ``path`` fully; ``None`` if it decodes cleanly, else the reason.
+
+    libjpeg-turbo (through ``simplejpeg``, strict mode) turns its recoverable-error warnings into
+    errors: a scan cut short and re-terminated with an end-of-image marker decodes in OpenCV with
+    only a warning on stderr (the missing rows come out flat grey), so OpenCV alone cannot see it.
+    Files that TurboJPEG's API refuses outright (exotic sampling layouts) get a second opinion from
+    OpenCV's libjpeg: accepted if it decodes them.
+    """
+    try:
+        import simplejpeg
+    except ImportError as e:  # a declared dependency; only verify="decode" needs it
+        raise MissingDependencyError("verify='decode' needs the simplejpeg package: pip install 'simplejpeg>=1.7'") from e
+    try:
+        with open_regular(path) as f:
+            data = f.read()
+    except OSError as e:  # not a regular file any more, vanished, unreadable
+        return str(e) if e.strerror is None else f"unreadable ({type(e).__name__}: {e.strerror})"
+    if not data:
+        return "empty file (0 bytes)"
+    try:
+        simplejpeg.decode_jpeg(data, colorspace="GRAY", strict=True)
+        return None
+    except ValueError as strict_error:
+        message = str(strict_error).strip()
+    try:
+        simplejpeg.decode_jpeg(data, colorspace="GRAY", strict=False)
+    except ValueError:
+        pass  # a hard error, not a warning: let OpenCV decide below
+    else:
+        return f"corrupt or truncated scan data: {message}"
     import cv2  # only for verify="decode"
 
-    data = np.fromfile(path, dtype=np.uint8)
-    if cv2.imdecode(data, cv2.IMREAD_GRAYSCALE) is None:
-        return "decoder refused the file (corrupt entropy data or unsupported JPEG)"
+    if cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_GRAYSCALE) is None:
+        return f"decoder refused the file (corrupt entropy data or unsupported JPEG; libjpeg-turbo: {message})"
     return None
 
 
-def _read_manifest(path: Path, split: str | None) -> list[tuple[int, str, str]]:
-    """``(line, path, label)`` rows of a JSON or CSV manifest."""
+PATH_COLUMNS = ("path", "file", "filename", "file_name", "filepath", "file_path", "image", "image_path",
+                "image_file", "image_name", "img", "img_path", "relative_path", "relpath", "fname")
+LABEL_COLUMNS = ("label", "class", "class_name", "classname", "target", "category", "label_name", "y")
+SPLIT_COLUMNS = ("split", "subset", "set", "fold", "partition", "phase")
+
+
+def _column_name(cell: str) -> str:
+    return cell.strip().lower().replace(" ", "_").replace("-", "_")
+
+
+def _line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _manifest_text(path: Path) -> str:
+    """The manifest's text; errors name the file and the line of a NUL byte or a non-UTF-8 byte."""
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        with open_regular(path) as f:  # a FIFO named labels.csv must not block
+            data = f.read()
     except OSError as e:
-        raise ManifestError(f"manifest {str(path)!r} is unreadable ({e.strerror or e})") from e
+        raise ManifestError(f"manifest {str(path)!r} is unreadable ({e.strerror or e}); pass the path of a CSV or JSON "
+                            "file") from e
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise ManifestError(f"{path}: line {line} is not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start}); "
+                            "save the manifest as UTF-8") from None
+    nul = text.find("\0")
+    if nul >= 0:
+        raise ManifestError(f"{path}: line {_line_of(text, nul)} contains a NUL byte (binary data?); a manifest is a "
+                            "UTF-8 CSV or JSON text file")
+    return text
+
+
+def _read_manifest(path: Path, split: str | None, root: Path | None = None, path_column: str | None = None,
+                   label_column: str | None = None, split_column: str | None = None) -> list[tuple[str, str, str]]:
+    """``(where, path, label)`` rows of a JSON or CSV manifest; ``where`` is ``"line N"``."""
+    text = _manifest_text(path)
     if path.suffix.lower() == ".json":
+        if path_column or label_column or split_column:
+            raise ManifestError(f"manifest {str(path)!r}: path_column=/label_column=/split_column= apply to CSV "
+                                "manifests; a JSON manifest is {\"relative/path.jpg\": \"class\"}")
+
+        def no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+            out: dict = {}
+            for k, v in pairs:
+                if k in out:
+                    raise ManifestError(f"{path}: key {k!r} appears more than once (line "
+                                        f"{_json_key_line(text, k, 2)}); give each file one label")
+                out[k] = v
+            return out
+
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=no_duplicate_keys)
         except json.JSONDecodeError as e:
             raise ManifestError(f"manifest {str(path)!r} is not valid JSON ({e})") from e
+        except RecursionError:
+            raise ManifestError(f"manifest {str(path)!r}: JSON nested too deeply; expected one flat object") from None
         if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
             raise ManifestError(f"manifest {str(path)!r} must be a JSON object {{\"relative/path.jpg\": \"class\"}}")
         if split is not None:
             raise ManifestError(f"manifest {str(path)!r}: split= needs a CSV manifest with a split column")
-        return [(i + 1, k, v) for i, (k, v) in enumerate(data.items())]
+        rows = []
+        for i, (k, v) in enumerate(data.items()):
+            if not k.strip() or not v.strip():
+                what = "empty path" if not k.strip() else f"empty label for {k!r}"
+                raise ManifestError(f"{path}: line {_json_key_line(text, k)}: {what}; give every file a class name or "
+                                    "remove the entry (an empty label would become a class '')")
+            rows.append((f"entry {i + 1}", k.strip(), v.strip()))
+        return rows
+    return _read_csv_manifest(path, text, split, root, path_column, label_column, split_column)
+
+
+def _json_key_line(text: str, key: str, occurrence: int = 1) -> int | str:
+    """Line of the ``occurrence``-th appearance of ``key`` as a JSON string in ``text`` (for messages)."""
+    pos = -1
+    for encoded in (json.dumps(key, ensure_ascii=False), json.dumps(key)):
+        pos, start = -1, 0
+        for _ in range(occurrence):
+            pos = text.find(encoded, start)
+            if pos < 0:
+                break
+            start = pos + 1
+        if pos >= 0:
+            return _line_of(text, pos)
+    return "?"
+
+
+def _read_csv_manifest(path: Path, text: str, split: str | None, root: Path | None, path_column: str | None,
+                       label_column: str | None, split_column: str | None) -> list[tuple[str, str, str]]:
+    reader = ((n, row) for n, row in enumerate(csv.reader(io.StringIO(text)), start=1)
+              if row and any(c.strip() for c in row))
+    first = next(reader, None)
+    if first is None:
+        return []
+    line1, head = first
+    names = [_column_name(c) for c in head]
+    asked = {k: v for k, v in (("path_column", path_column), ("label_column", label_column),
+                               ("split_column", split_column)) if v is not None}
+
+    def find(wanted: str | None, synonyms: tuple[str, ...], arg: str) -> int | None:
+        if wanted is not None:
+            if _column_name(wanted) not in names:
+                raise ManifestError(f"{path}: {arg}={wanted!r} is not a column of the header on line {line1} "
+                                    f"(columns: {', '.join(repr(c) for c in head)})")
+            return names.index(_column_name(wanted))
+        return next((names.index(n) for n in synonyms if n in names), None)
+
+    p_i, l_i, s_i = (find(path_column, PATH_COLUMNS, "path_column"), find(label_column, LABEL_COLUMNS, "label_column"),
+                     find(split_column, SPLIT_COLUMNS, "split_column"))
+    looks_like_data = any(_column_name(c).endswith(JPEG_EXTENSIONS) for c in head) or (
+        root is not None and bool(head[0].strip()) and os.path.exists(os.path.join(root, head[0].strip())))
+    header = bool(asked) or (not looks_like_data and (p_i is not None or l_i is not None))
+    accepted = (f"a header needs a path column ({', '.join(PATH_COLUMNS)}) and a label column "
+                f"({', '.join(LABEL_COLUMNS)}), optionally a split column ({', '.join(SPLIT_COLUMNS)}); for other "
+                "names pass path_column= and label_column=")
+    if header:
+        if p_i is None or l_i is None:
+            missing = "path" if p_i is None else "label"
+            raise ManifestError(f"{path}: the header on line {line1} ({', '.join(repr(c) for c in head)}) has no "
+                                f"{missing} column; {accepted}")
+        if split is not None and s_i is None:
+            raise ManifestError(f"{path}: split={split!r} was asked but the header on line {line1} has no split column "
+                                f"({', '.join(SPLIT_COLUMNS)}); pass split_column=")
+        body, width = reader, len(head)
+    else:
+        if not looks_like_data:
+            raise ManifestError(f"{path}: line {line1} ({', '.join(repr(c) for c in head)}) looks like a header but "
+                                f"names no known column; {accepted}")
+        body, width = [first, *reader], None
+        p_i, l_i, s_i = 0, 1, 2
     rows = []
-    for line, row in enumerate(csv.reader(io.StringIO(text)), start=1):
-        if not row or all(not c.strip() for c in row):
-            continue
-        if line == 1 and row[0].strip().lower() in ("path", "file", "filename", "image"):
-            continue
-        if len(row) not in (2, 3):
+    for line, row in body:
+        if width is None and len(row) not in (2, 3):
             raise ManifestError(f"{path}: line {line} has {len(row)} columns ({row!r}); expected path,label[,split]")
+        if width is not None and len(row) != width:
+            raise ManifestError(f"{path}: line {line} has {len(row)} columns, the header on line {line1} has {width}")
+        rel, label = row[p_i].strip(), row[l_i].strip()
+        if not rel or not label:
+            what = "empty path" if not rel else f"empty label for {rel!r}"
+            raise ManifestError(f"{path}: line {line}: {what}; give every file a class name or remove the line (an "
+                                "empty label would become a class '')")
         if split is not None:
-            if len(row) != 3:
+            if s_i >= len(row):
                 raise ManifestError(f"{path}: line {line} has no split column but split={split!r} was asked")
-            if row[2].strip() != split:
+            if row[s_i].strip() != split:
                 continue
-        rows.append((line, row[0].strip(), row[1].strip()))
+        rows.append((f"line {line}", rel, label))
     return rows

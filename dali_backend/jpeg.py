@@ -4,13 +4,16 @@ Reads the marker segments up to the first scan (a few hundred bytes for most fil
 size from the SOFn header, and checks that an end-of-image marker follows the scan data. Bytes after
 the end marker are accepted (cameras append data there). 4-component (CMYK/YCCK) files are refused:
 the two backends' decoders convert them differently. The trade-off: a file whose entropy data is
-corrupted in the middle passes these checks; ``verify="decode"`` at index time catches those.
+corrupted in the middle, or cut short and re-terminated with an end-of-image marker (it decodes with
+its bottom rows flat grey), passes these checks; only ``verify="decode"`` at index time catches those.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
+from typing import BinaryIO
 
 SOI = b"\xff\xd8"
 EOI = b"\xff\xd9"
@@ -53,18 +56,66 @@ def check_jpeg_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> JpegC
     return _check(data, len(data), max_pixels, lambda: data, data[-2:])
 
 
+_KINDS = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+          (stat.S_ISBLK, "block device"), (stat.S_ISDIR, "directory"))
+
+
+def file_kind(mode: int) -> str:
+    """``"regular"``, or what else an ``st_mode`` describes (``"FIFO"``, ``"socket"``, ...)."""
+    if stat.S_ISREG(mode):
+        return "regular"
+    return next((name for test, name in _KINDS if test(mode)), "special file")
+
+
+def not_regular_reason(mode: int) -> str | None:
+    """The rejection reason for a non-regular file (``"not a regular file (FIFO)"``), or None."""
+    kind = file_kind(mode)
+    return None if kind == "regular" else f"not a regular file ({kind})"
+
+
+class NotRegularFileError(OSError):
+    """Raised by :func:`open_regular` for a FIFO, socket, device or directory."""
+
+
+def open_regular(path: str | os.PathLike) -> BinaryIO:
+    """Open ``path`` for reading only if it is a regular file (after following symlinks).
+
+    A FIFO named ``x.jpg`` would block ``open()`` forever (even Ctrl-C cannot interrupt it), and
+    reading a device has side effects, so the type is checked with ``stat`` before opening, and again
+    on the open descriptor (opened non-blocking) in case the file was swapped in between.
+
+    Raises:
+        NotRegularFileError: the path is not a regular file; the message is the rejection reason.
+        OSError: the file cannot be stat'ed or opened.
+    """
+    reason = not_regular_reason(os.stat(path).st_mode)
+    if reason:
+        raise NotRegularFileError(reason)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+                 | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        reason = not_regular_reason(os.fstat(fd).st_mode)
+        if reason:
+            raise NotRegularFileError(reason)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def check_jpeg(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_PIXELS) -> JpegCheck:
     """Validate a JPEG file without decoding it.
 
     Args:
-        path: file to check.
+        path: file to check. Only regular files are opened: a FIFO, socket or device is refused
+            with ``"not a regular file (FIFO)"`` (and never blocks).
         max_pixels: largest accepted width * height declared by the frame header.
 
     Returns:
         A :class:`JpegCheck`; ``reason`` says what is wrong (empty, not a JPEG, truncated, ...).
     """
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             size = os.fstat(f.fileno()).st_size
             head = f.read(HEAD_BYTES)
             if len(head) >= size:
@@ -78,7 +129,9 @@ def check_jpeg(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_PIXELS) ->
                 return f.read()
 
             return _check(head, size, max_pixels, load_full, tail)
-    except OSError as e:  # permissions, vanished, a directory named *.jpg, I/O error
+    except NotRegularFileError as e:
+        return JpegCheck(str(e))
+    except OSError as e:  # permissions, vanished, I/O error
         return JpegCheck(f"unreadable ({type(e).__name__}: {e.strerror or e})")
 
 

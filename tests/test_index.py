@@ -83,8 +83,8 @@ def test_arrays_are_numpy_and_immutable(messy_root):
 def test_max_pixels_is_configurable(tmp_path):
     write(tmp_path / "a" / "big.jpg", jpeg_bytes(h=48, w=64))
     assert len(SampleIndex.from_folder(tmp_path, max_pixels=48 * 64, progress=False)) == 1
-    small = SampleIndex.from_folder(tmp_path, max_pixels=48 * 64 - 1, progress=False)
-    assert len(small) == 0 and "over the limit" in small.rejected[0].reason
+    with pytest.raises(IndexBuildError, match=r"no usable JPEG files .*1 file rejected .*over the limit"):
+        SampleIndex.from_folder(tmp_path, max_pixels=48 * 64 - 1, progress=False)
 
 
 def test_verify_decode_catches_what_headers_cannot(tmp_path):
@@ -119,13 +119,16 @@ def test_symlink_leaving_root_is_refused(tmp_path):
     write(root / "a" / "ok.jpg", jpeg_bytes())
     os.symlink(outside, root / "a" / "link.jpg")
     os.symlink(tmp_path / "elsewhere", root / "a" / "linkdir")
-    os.symlink(root / "a" / "ok.jpg", root / "a" / "inside_link.jpg")
+    write(root / ".store" / "kept.jpg", jpeg_bytes(seed=5))  # hidden: reached only through the link
+    os.symlink(root / ".store" / "kept.jpg", root / "a" / "inside_link.jpg")
     index = SampleIndex.from_folder(root, progress=False)
     assert sorted(index.paths) == ["a/inside_link.jpg", "a/ok.jpg"]
     assert {r.path for r in index.rejected} == {"a/link.jpg", "a/linkdir"}
     assert all("leaves the data root" in r.reason for r in index.rejected)
     followed = SampleIndex.from_folder(root, allow_outside_symlinks=True, progress=False)
-    assert len(followed) == 4
+    assert len(followed) == 3  # link.jpg and linkdir/secret.jpg are one file: indexed once
+    assert [r.path for r in followed.rejected] == ["a/linkdir/secret.jpg"]
+    assert followed.rejected[0].reason.startswith("duplicate: same file as a/link.jpg")
     os.symlink(tmp_path / "elsewhere", root / "b")  # a whole class folder pointing outside
     index = SampleIndex.from_folder(root, progress=False)
     assert "b" in {r.path for r in index.rejected} and index.classes == ("a", "b") and len(index) == 2
