@@ -26,3 +26,24 @@ def test_bench_smoke(tmp_path):
     assert data["machine"]["cores"] >= 1 and data["machine"]["data"]["images"] == 12
     assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     assert "img/s" in proc.stdout
+
+
+def test_measure_counts_child_cpu_and_memory():
+    """psutil-based figures: a busy child adds CPU seconds, a child holding 200 MB adds memory."""
+    from bench.measure import process_tree, tree_cpu_seconds, tree_rss_mb
+
+    code = "import time\nb = b\"x\" * 200_000_000\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\ntime.sleep(30)"
+    before_cpu, before_mb = tree_cpu_seconds(), tree_rss_mb()
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        import time
+
+        deadline = time.monotonic() + 20
+        while tree_cpu_seconds() - before_cpu < 0.5 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert child.pid in process_tree()
+        assert tree_cpu_seconds() - before_cpu >= 0.5
+        assert tree_rss_mb() - before_mb > 150
+    finally:
+        child.kill()
+        child.wait()
