@@ -1,13 +1,19 @@
 """``python -m bench``: DaliLoader against the CPU fallback, the tutorial-style loader and the ceiling.
 
 Each contender runs in a fresh process on the same data, one after the other; the table, a JSON file
-and a PNG bar chart come out. Compare ratios from one run: the machines are noisy.
+and PNG charts (matplotlib) come out. With ``--source-sizes`` the whole comparison runs once per
+synthetic source size and a second chart shows each contender's ratio to the ceiling against the
+size. Compare ratios from one run: the machines are noisy.
+
+The arguments are defined once, in :func:`add_arguments`, and used both here and by
+``dali-backend bench``; errors are handled by :func:`dali_backend.cliargs.run_command` for both.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import subprocess
@@ -15,12 +21,12 @@ import sys
 import time
 from pathlib import Path
 
-from .contenders import CONTENDERS
+from dali_backend.cliargs import (OneLineParser, add_index_load_arguments, data_or_index, default_cache, output_dir,
+                                  output_file, positive_int, run_command, size_list, size_wxh, verbosity_parent)
 
+from . import CONTENDERS
 
-def _size(text: str) -> tuple[int, int]:
-    w, h = (int(v) for v in text.lower().split("x"))
-    return w, h
+log = logging.getLogger("bench")
 
 
 def machine_info() -> dict:
@@ -47,97 +53,75 @@ def machine_info() -> dict:
     return info
 
 
-def chart(results: list[dict], path: Path, title: str) -> None:
-    """A horizontal bar chart of images/s (OpenCV drawing: no plotting dependency)."""
-    import cv2
-    import numpy as np
-
-    bar_h, left, width = 34, 150, 760
-    img = np.full((60 + bar_h * len(results) + 20, left + width + 40, 3), 255, np.uint8)
-    cv2.putText(img, title, (10, 28), cv2.FONT_HERSHEY_SIMPLEX, 0.6, (0, 0, 0), 1, cv2.LINE_AA)
-    top = max(r["images_per_s"] for r in results) or 1.0
-    for i, r in enumerate(results):
-        y = 50 + i * bar_h
-        w = int(width * r["images_per_s"] / top)
-        color = (60, 140, 40) if r["name"].startswith("dali") else (150, 110, 60)
-        cv2.rectangle(img, (left, y), (left + w, y + bar_h - 8), color, -1)
-        cv2.putText(img, r["name"], (10, y + 19), cv2.FONT_HERSHEY_SIMPLEX, 0.55, (0, 0, 0), 1, cv2.LINE_AA)
-        cv2.putText(img, f"{r['images_per_s']:.0f} img/s ({r['ratio_to_ceiling']:.2f}x)", (left + 6, y + 19),
-                    cv2.FONT_HERSHEY_SIMPLEX, 0.5, (255, 255, 255), 1, cv2.LINE_AA)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    cv2.imwrite(str(path), img)
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    p.add_argument("--data", help="folder root/<class>/*.jpg (default: synthetic 2048x1536 defect JPEGs)")
-    p.add_argument("--images", type=int, default=256, help="synthetic images (default 256)")
-    p.add_argument("--source-size", type=_size, default=(2048, 1536), help="synthetic image size WxH")
-    p.add_argument("--size", type=_size, default=(256, 256), help="output size WxH (default 256x256)")
-    p.add_argument("--epochs", type=int, default=3, help="timed epochs after one warm-up (default 3)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="workers / threads (default: all cores)")
-    p.add_argument("--only", nargs="*", choices=CONTENDERS, help="run only these contenders")
-    p.add_argument("--json", help="write results here")
-    p.add_argument("--png", help="bar chart (default: next to --json, or bench-results/bench.png)")
-    p.add_argument("--cache", default=None, help="where synthetic data is generated")
-    p.add_argument("--one", help=argparse.SUPPRESS)
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the benchmark's arguments to ``p`` (``python -m bench`` and ``dali-backend bench``)."""
+    p.add_argument("--data", type=data_or_index,
+                   help="folder root/<class>/*.jpg or an index file (default: synthetic 2048x1536 defect JPEGs)")
+    p.add_argument("--images", type=positive_int, default=256, help="synthetic images (default 256)")
+    sizes = p.add_mutually_exclusive_group()
+    sizes.add_argument("--source-size", type=size_wxh, default=(2048, 1536),
+                       help="synthetic image size WxH (default 2048x1536)")
+    sizes.add_argument("--source-sizes", type=size_list, metavar="WxH,WxH,...",
+                       help="run the whole benchmark once per synthetic size, e.g. 320x240,1024x768,2048x1536, and "
+                            "chart each contender's ratio to the ceiling against the size")
+    p.add_argument("--size", type=size_wxh, default=(256, 256), help="output size WxH (default 256x256)")
+    p.add_argument("--epochs", type=positive_int, default=3, help="timed epochs after one warm-up (default 3)")
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="workers / threads (default: all cores)")
+    p.add_argument("--only", nargs="*", choices=CONTENDERS, help="run only these contenders (the ceiling always runs)")
+    p.add_argument("--json", type=output_file, help="write results here (default bench-results/bench.json)")
+    p.add_argument("--png", type=output_file, help="chart file (default: next to the JSON, same name .png); with "
+                                                  "--source-sizes the ratio-by-size chart")
+    p.add_argument("--no-plot", action="store_true", help="no charts (runs without matplotlib)")
+    p.add_argument("--cache", type=output_dir, default=None, help="where synthetic data is generated")
+    add_index_load_arguments(p)
+    p.add_argument("--one", choices=CONTENDERS, help=argparse.SUPPRESS)
     p.add_argument("--index", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    p.set_defaults(func=run)
+    return p
+
+
+def _child(args) -> int:
+    """One contender in this process; its JSON on the last stdout line."""
+    import warnings
+
+    warnings.filterwarnings("ignore", module="nvidia")
+    from .contenders import run_contender
+
     out_w, out_h = args.size
-    if args.one:  # child process: one contender, JSON on the last stdout line
-        import warnings
+    res = run_contender(args.one, args.index, (out_h, out_w), args.epochs, args.batch_size, args.workers)
+    print(json.dumps(res))
+    return 0
 
-        warnings.filterwarnings("ignore", module="nvidia")
-        from .contenders import run_contender
 
-        res = run_contender(args.one, args.index, (out_h, out_w), args.epochs, args.batch_size, args.workers)
-        print(json.dumps(res))
-        return 0
-
-    import torch
-
-    from dali_backend import SampleIndex
-    from dali_backend.cli import default_cache
-    from dali_backend.synthetic import generate_defect_dataset
-
-    if args.data:
-        root = Path(args.data)
-    else:
-        w, h = args.source_size
-        root = Path(args.cache or default_cache()) / f"bench-{args.images}-{w}x{h}"
-        t0 = time.perf_counter()
-        generate_defect_dataset(root, n=args.images, size=(w, h), quality=92, seed=0)
-        print(f"data: {args.images} synthetic {w}x{h} JPEGs in {root} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
-    index = SampleIndex.from_folder(root, progress=False)
-    if len(index) == 0:
-        print(f"no usable images under {root}", file=sys.stderr)
-        return 2
-    out_json = Path(args.json) if args.json else Path("bench-results/bench.json")
-    out_json.parent.mkdir(parents=True, exist_ok=True)
-    index_path = out_json.with_suffix(".index.npz")
-    index.save(index_path)
-    names = args.only or [c for c in CONTENDERS if c != "dali-gpu" or torch.cuda.is_available()]
-    if "ceiling" not in names:
-        names = ["ceiling", *names]
-    results = []
+def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[str], machine: dict) -> dict | None:
+    """The comparison on one data set: every contender in its own process; writes ``out_json`` (and
+    the throughput chart at ``png``); returns the JSON document, or None when a contender failed."""
     from dali_backend.progress import track
 
+    out_w, out_h = args.size
+    index_path = out_json.with_suffix(".index.npz")
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    index.save(index_path)
+    results = []
     for name in track(names, total=len(names), desc="bench", unit="contender"):
         cmd = [sys.executable, "-m", "bench", "--one", name, "--index", str(index_path), "--size", f"{out_w}x{out_h}",
                "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--workers", str(args.workers)]
-        print(f"running {name} ...", file=sys.stderr, flush=True)
+        log.info("running %s ...", name)
+        log.debug("command: %s", " ".join(cmd))
+        t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            print(f"{name} failed:\n{proc.stderr[-3000:]}", file=sys.stderr)
-            return 1
+            log.error("%s failed (exit status %d); the end of its output:\n%s", name, proc.returncode, proc.stderr[-3000:])
+            return None
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        log.debug("%s: %.1f s, epochs %s img/s", name, time.perf_counter() - t0,
+                  ", ".join(f"{v:.1f}" for v in results[-1]["epoch_images_per_s"]))
     ceiling = results[0]["images_per_s"]
     for r in results:
         r["ratio_to_ceiling"] = r["images_per_s"] / ceiling
-    sizes = index.sizes
-    machine = machine_info()
-    machine["data"] = {"root": str(root), "images": len(index), "mean_file_kb": float(sizes.mean() / 1024),
+    machine = dict(machine)
+    machine["data"] = {"root": str(root), "images": len(index), "mean_file_kb": float(index.sizes.mean() / 1024),
                        "source_size": [int(index.widths[0]), int(index.heights[0])], "output_size": [out_w, out_h]}
     tut = next((r["images_per_s"] for r in results if r["name"] == "tutorial"), None)
     print(f"\n{len(index)} images {machine['data']['source_size'][0]}x{machine['data']['source_size'][1]} "
@@ -150,13 +134,94 @@ def main(argv: list[str] | None = None) -> int:
         vs_tut = f"{r['images_per_s'] / tut:.1f}" if tut else "-"
         print(f"{r['name']:10s} {r['images_per_s']:8.1f} {r['ratio_to_ceiling']:9.2f} {vs_tut:>10s} "
               f"{r['cpu_s_per_image']:9.4f} {r['peak_rss_mb']:11.0f} {fb:>13s} {r['rss_growth_pct']:12.1f}")
+    doc = {"machine": machine, "results": results}
     with open(out_json, "w") as f:
-        json.dump({"machine": machine, "results": results}, f, indent=2)
-    png = Path(args.png) if args.png else out_json.with_suffix(".png")
-    chart(results, png, f"{len(index)} x {machine['data']['source_size'][0]}x{machine['data']['source_size'][1]} "
-                        f"JPEG -> {out_w}x{out_h}, {machine['cores']} cores, GPU: {machine['gpu'] or 'none'}")
-    print(f"\nresults: {out_json}  chart: {png}")
+        json.dump(doc, f, indent=2)
+    shown = [f"results: {out_json}"]
+    if png is not None:
+        from .plots import throughput_chart
+
+        shown.append(f"chart: {throughput_chart(results, machine, png)}")
+    print("\n" + "  ".join(shown))
+    return doc
+
+
+def run(args) -> int:
+    """The benchmark for parsed ``args`` (see :func:`add_arguments`); 0 on success."""
+    if args.one:  # child process: one contender
+        return _child(args)
+
+    from dali_backend.errors import ConfigError, IndexBuildError
+
+    if args.data is not None and args.source_sizes:
+        raise ConfigError(f"--source-sizes generates synthetic data but --data {args.data} was given; drop one of them")
+    if args.data is None and (args.root is not None or args.no_check):
+        raise ConfigError("--root/--no-check apply to an index file given with --data; pass --data INDEX or drop them")
+    if not args.no_plot:
+        from .plots import require_matplotlib
+
+        require_matplotlib()
+
+    import torch
+
+    from dali_backend import SampleIndex
+    from dali_backend.cliargs import load_data
+    from dali_backend.synthetic import generate_defect_dataset
+
+    out_json = args.json or Path("bench-results/bench.json")
+    names = args.only or [c for c in CONTENDERS if c != "dali-gpu" or torch.cuda.is_available()]
+    if "ceiling" not in names:
+        names = ["ceiling", *names]
+    machine = machine_info()
+    if args.data is not None:
+        index = load_data(args.data, args.root, args.no_check, progress=False, arg="--data")
+        if len(index) == 0:
+            raise IndexBuildError(f"--data {args.data}: no usable images (see the rejected files above); put JPEGs in "
+                                  "root/<class>/, or drop --data for synthetic data")
+        png = None if args.no_plot else args.png or out_json.with_suffix(".png")
+        return 0 if _run_size(index, index.root, out_json, png, args, names, machine) else 1
+
+    sizes = args.source_sizes or [args.source_size]
+    cache = Path(args.cache or default_cache())
+    runs = []
+    for w, h in sizes:
+        root = cache / f"bench-{args.images}-{w}x{h}"
+        t0 = time.perf_counter()
+        generate_defect_dataset(root, n=args.images, size=(w, h), quality=92, seed=0)
+        log.info("data: %d synthetic %dx%d JPEGs in %s (%.0f s)", args.images, w, h, root, time.perf_counter() - t0)
+        index = SampleIndex.from_folder(root, progress=False)
+        if len(sizes) == 1:
+            size_json = out_json
+            png = None if args.no_plot else args.png or out_json.with_suffix(".png")
+        else:
+            size_json = out_json.with_name(f"{out_json.stem}-{w}x{h}.json")
+            png = None if args.no_plot else size_json.with_suffix(".png")
+        doc = _run_size(index, root, size_json, png, args, names, machine)
+        if doc is None:
+            return 1
+        runs.append({"source_size": [w, h], "output_size": list(args.size), "json": str(size_json),
+                     "results": doc["results"]})
+    if len(sizes) > 1:
+        with open(out_json, "w") as f:
+            json.dump({"machine": machine, "runs": runs}, f, indent=2)
+        shown = f"results by size: {out_json}"
+        if not args.no_plot:
+            from .plots import ratio_by_size_chart
+
+            png = args.png or out_json.with_name(f"{out_json.stem}-sizes.png")
+            shown += f"  chart: {ratio_by_size_chart(runs, machine, png)}"
+        print("\n" + shown)
     return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python -m bench", description="DaliLoader against the CPU fallback, the tutorial-style loader "
+                      "and the ceiling.", parents=[verbosity_parent()])
+    return add_arguments(p)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(build_parser(), argv, log)
 
 
 if __name__ == "__main__":

@@ -2,25 +2,26 @@
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
+
+from dali_backend.cliargs import OneLineParser, positive_int, size_wxh
 
 
 def main(argv: list[str] | None = None) -> int:
     from dali_backend import SampleIndex
     from dali_backend.synthetic import generate_defect_dataset
 
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--files", type=int, default=10_000)
-    p.add_argument("--size", default="320x240", help="image size WxH of the generated files")
+    p = OneLineParser(prog="python -m bench.index_rate", description=__doc__)
+    p.add_argument("--files", type=positive_int, default=10_000)
+    p.add_argument("--size", type=size_wxh, default=(320, 240), help="image size WxH of the generated files")
     p.add_argument("--data", help="index this folder instead of generating one")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         if args.data:
             root = args.data
         else:
-            w, h = (int(v) for v in args.size.split("x"))
+            w, h = args.size
             root = generate_defect_dataset(tmp, n=args.files, size=(w, h), seed=1, progress=False)
         for verify in ("header", "header", "decode"):
             t0 = time.perf_counter()

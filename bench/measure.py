@@ -1,7 +1,10 @@
-"""Process-tree CPU time and resident memory, read from /proc (Linux), sampled in a thread.
+"""Process-tree CPU time and memory, read through psutil, memory sampled in a thread.
 
 DataLoader workers and DALI's Python workers are child processes, so both the CPU seconds and the
-memory of a loader are summed over this process and all its descendants.
+memory of a loader are summed over this process and all its descendants. Memory is the proportional
+set size (PSS: a page shared by forked workers is split between them instead of counted once per
+process) where the platform reports it (Linux), else the resident set size. A process that exits
+between listing and reading is skipped: the figures are a sample, not an exact account.
 """
 
 from __future__ import annotations
@@ -10,73 +13,58 @@ import os
 import threading
 import time
 
-_CLK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+import psutil
+
+_GONE = (psutil.NoSuchProcess, psutil.ZombieProcess)
 
 
-def _children(pid: int) -> list[int]:
-    out = []
+def _tree(pid: int | None = None) -> list[psutil.Process]:
+    root = psutil.Process(pid or os.getpid())
     try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(c) for c in f.read().split()]
-    except OSError:
-        pass
-    return out
+        return [root, *root.children(recursive=True)]
+    except _GONE:
+        return [root]
 
 
 def process_tree(pid: int | None = None) -> list[int]:
-    pid = pid or os.getpid()
-    seen, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.append(p)
-        todo += _children(p)
-    return seen
+    """Process ids of ``pid`` (default: this process) and all its live descendants, ``pid`` first."""
+    return [p.pid for p in _tree(pid)]
 
 
 def tree_cpu_seconds(pid: int | None = None) -> float:
-    """User + system CPU seconds of the live process tree (plus reaped children of the root)."""
+    """User + system CPU seconds of the live process tree, plus the reaped children of the root."""
     total = 0.0
-    for p in process_tree(pid):
+    for i, p in enumerate(_tree(pid)):
         try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
-            total += (utime + stime + (cutime + cstime if p == (pid or os.getpid()) else 0)) / _CLK
-        except (OSError, ValueError, IndexError):
-            pass
+            t = p.cpu_times()
+        except (*_GONE, psutil.AccessDenied):
+            continue
+        total += t.user + t.system
+        if i == 0:  # the root's waited-for children (e.g. finished workers); not known on every platform
+            total += getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
     return total
 
 
-def _pss_bytes(p: int) -> int | None:
+def process_memory_bytes(p: psutil.Process) -> int | None:
+    """PSS of one process where available, else its RSS; ``None`` when it is gone or unreadable."""
     try:
-        with open(f"/proc/{p}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
+        pss = getattr(p.memory_full_info(), "pss", None)
+        if pss is not None:
+            return int(pss)
+    except psutil.AccessDenied:
         pass
-    return None
+    except _GONE:
+        return None
+    try:
+        return int(p.memory_info().rss)
+    except (*_GONE, psutil.AccessDenied):
+        return None
 
 
 def tree_rss_mb(pid: int | None = None) -> float:
-    """Memory of the process tree in MB: proportional set size (pages shared by forked workers are
-    split between them, not counted once per process), or RSS where PSS is not available."""
-    total = 0
-    for p in process_tree(pid):
-        pss = _pss_bytes(p)
-        if pss is not None:
-            total += pss
-            continue
-        try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * _PAGE
-        except (OSError, ValueError, IndexError):
-            pass
-    return total / 1e6
+    """Memory of the process tree in MB (10^6 bytes): PSS summed over the processes, or RSS where PSS
+    is not available. The name is kept for the JSON field ``peak_rss_mb`` that reports it."""
+    return sum(m for m in map(process_memory_bytes, _tree(pid)) if m is not None) / 1e6
 
 
 class PeakRss:
@@ -90,7 +78,7 @@ class PeakRss:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.peak = max(self.peak, tree_rss_mb())
-            time.sleep(self.interval)
+            self._stop.wait(self.interval)
 
     def __enter__(self) -> PeakRss:
         self._thread.start()

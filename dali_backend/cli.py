@@ -1,30 +1,29 @@
-"""Command line: ``python -m dali_backend {demo,index,split,preview,bench}`` (also installed as ``dali-backend``)."""
+"""Command line: ``python -m dali_backend {demo,index,split,preview,bench}`` (also installed as ``dali-backend``).
+
+Every user error is one line on stderr naming the argument, the value and the fix, with exit
+status 2 (see :mod:`dali_backend.cliargs`). Results go to stdout once; the library's own log lines
+(index summaries, backend choice) go to stderr, ``-q`` hides them and ``-v`` adds debug lines.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
 import time
 from pathlib import Path
 
-log = logging.getLogger("dali_backend")
+from .cliargs import (OneLineParser, add_index_load_arguments, data_or_index, default_cache, existing_dir, fraction,
+                      index_file, int_range, keyword_rules, load_data, output_dir, output_file, positive_int,
+                      run_command, size_wxh, verbosity_parent)
 
+log = logging.getLogger("dali_backend.cli")
 
-def _size(text: str) -> tuple[int, int]:
-    try:
-        w, h = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"size {text!r}: use WIDTHxHEIGHT, e.g. 640x480") from None
-    if w < 1 or h < 1:
-        raise argparse.ArgumentTypeError(f"size {text!r}: both sides must be >= 1")
-    return w, h
+__all__ = ["build_parser", "default_cache", "main", "save_preview"]
 
-
-def default_cache() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dali_backend"
+MAX_PREVIEW_DRAWS = 64
+DIFF_GAIN = 16  # the preview's difference column shows |fallback - DALI| multiplied by this
 
 
 def _index_from_args(args):
@@ -33,17 +32,23 @@ def _index_from_args(args):
     common = {"verify": args.verify, "max_pixels": args.max_pixels}
     if args.manifest:
         return SampleIndex.from_manifest(args.manifest, root=args.root, split=args.split, **common)
-    if args.keywords is not None:
-        rules = json.loads(args.keywords) if args.keywords else None
-        return SampleIndex.from_keywords(args.root, **({"rules": rules} if rules else {}), **common)
+    if args.keywords or args.keyword_rules is not None:
+        return SampleIndex.from_keywords(args.root, **({"rules": args.keyword_rules} if args.keyword_rules else {}),
+                                         **common)
     return SampleIndex.from_folder(args.root, split=args.split, **common)
 
 
 def cmd_index(args) -> int:
-    index = _index_from_args(args)
+    if args.manifest and (args.keywords or args.keyword_rules is not None):
+        from .errors import ConfigError
+
+        raise ConfigError(f"--manifest {args.manifest} labels the files already; drop --keywords/--keyword-rules")
+    t0 = time.perf_counter()
+    index = _index_from_args(args)  # the library logs the summary (stderr; hidden by -q)
+    log.debug("index built in %.2f s", time.perf_counter() - t0)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     index.save(args.out)
-    print(index.summary())
-    print(f"index written to {args.out}")
+    print(f"index of {len(index)} files written to {args.out}")
     if index.rejected:
         report = Path(str(args.out) + ".rejected.csv")
         with open(report, "w", encoding="utf-8") as f:
@@ -55,12 +60,11 @@ def cmd_index(args) -> int:
 
 
 def cmd_split(args) -> int:
-    from .index import SampleIndex
-
-    index = SampleIndex.load(args.index)
+    index = load_data(args.index, args.root, args.no_check, arg="index")
     train, val = index.split(args.val_fraction, seed=args.seed)
-    train.save(args.train_out)
-    val.save(args.val_out)
+    for out, part in ((args.train_out, train), (args.val_out, val)):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        part.save(out)
     for name, part in (("train", train), ("val", val)):
         counts = ", ".join(f"{c} {k}" for c, k in zip(part.classes, part.class_counts()))
         print(f"{name}: {len(part)} files ({counts})")
@@ -91,10 +95,13 @@ def save_preview(images, labels, classes, spec, path: Path, columns: int = 8) ->
     cv2.imwrite(str(path), grid)
 
 
-def _load_or_index(path: str):
-    from .index import SampleIndex
+def _text(img, text: str, x: int, y: int, max_width: int, scale: float = 0.5) -> None:
+    """Black text at (x, y), shrunk until it fits in ``max_width`` pixels."""
+    import cv2
 
-    return SampleIndex.load(path) if os.path.isfile(path) else SampleIndex.from_folder(path)
+    while scale > 0.3 and cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, scale, 1)[0][0] > max_width:
+        scale -= 0.05
+    cv2.putText(img, text, (x, y), cv2.FONT_HERSHEY_SIMPLEX, scale, (0, 0, 0), 1, cv2.LINE_AA)
 
 
 def _histogram(classes, counts, width: int, height: int):
@@ -108,15 +115,29 @@ def _histogram(classes, counts, width: int, height: int):
         h = int((height - 45) * k / top)
         x = 10 + i * bar_w
         cv2.rectangle(img, (x + 4, height - 25 - h), (x + bar_w - 4, height - 25), (150, 110, 60), -1)
-        cv2.putText(img, f"{c} {k / max(1, counts.sum()):.0%}", (x + 4, height - 8), cv2.FONT_HERSHEY_SIMPLEX, 0.4,
-                    (0, 0, 0), 1, cv2.LINE_AA)
-    cv2.putText(img, "classes drawn in one sampler epoch", (10, 15), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (0, 0, 0), 1,
-                cv2.LINE_AA)
+        _text(img, f"{c} {k / max(1, counts.sum()):.0%}", x + 4, height - 8, bar_w - 6, 0.4)
+    _text(img, "classes drawn in one sampler epoch", 10, 15, width - 20, 0.45)
     return img
 
 
+def letterbox_tile(img, width: int, height: int, fill: int = 48):
+    """``img`` resized to fit ``width`` x ``height`` at its own aspect ratio, centred on a ``fill`` background."""
+    import cv2
+    import numpy as np
+
+    h, w = img.shape[:2]
+    scale = min(width / w, height / h)
+    nw, nh = max(1, round(w * scale)), max(1, round(h * scale))
+    small = cv2.resize(img, (nw, nh), interpolation=cv2.INTER_AREA)
+    tile = np.full((height, width, *img.shape[2:]), fill, img.dtype)
+    top, left = (height - nh) // 2, (width - nw) // 2
+    tile[top:top + nh, left:left + nw] = small
+    return tile
+
+
 def cmd_preview(args) -> int:
-    """Original, fallback output and DALI output side by side for N draws, plus the class histogram."""
+    """Original, fallback output, DALI output and their amplified difference side by side for N draws,
+    plus the class histogram."""
     import cv2
     import numpy as np
 
@@ -126,7 +147,7 @@ def cmd_preview(args) -> int:
     from .loader import DaliLoader, _dali_importable
     from .sampler import WeightedSampler
 
-    index = _load_or_index(args.data)
+    index = load_data(args.data, args.root, args.no_check)
     spec = AugmentSpec(size=args.size, color=args.color, fit=args.fit, dtype="uint8")
     ds = ImageDataset(index, spec, seed=args.seed)
     sampler = WeightedSampler(index, seed=args.seed)
@@ -134,35 +155,51 @@ def cmd_preview(args) -> int:
     fallback = [ds.load_uint8(d)[0] for d in draws]
     columns = ["original", "fallback"]
     dali_imgs = None
-    if _dali_importable() is None and args.backend != "torch":
+    why_not = _dali_importable() if args.backend != "torch" else "--backend torch"
+    if why_not is None:
         loader = DaliLoader(ds, batch_size=len(draws), sampler=draws, device="auto", backend="dali")
         dali_imgs = next(iter(loader))[0].cpu().numpy()
-        columns.append(loader.backend)
+        columns += [loader.backend, f"|fallback - dali| x{DIFF_GAIN}"]
         loader.close()
-    t = spec.height
+    else:
+        log.debug("preview: no DALI column (%s)", why_not)
+    tw, th = spec.width, spec.height
+
+    def hwc(chw):
+        return chw[0] if spec.color == "gray" else chw.transpose(1, 2, 0)
+
     rows = []
     for k, d in enumerate(draws):
         orig = ops.decode(ds.reader.read(d.index), spec.color)
-        tiles = [cv2.resize(orig, (spec.width, spec.height), interpolation=cv2.INTER_AREA), fallback[k][0]
-                 if spec.color == "gray" else fallback[k].transpose(1, 2, 0)]
+        tiles = [letterbox_tile(orig, tw, th), hwc(fallback[k])]
+        label = f"{index.classes[index.labels[d.index]]}"
         if dali_imgs is not None:
-            tiles.append(dali_imgs[k][0] if spec.color == "gray" else dali_imgs[k].transpose(1, 2, 0))
+            diff = np.abs(fallback[k].astype(np.int16) - dali_imgs[k].astype(np.int16))
+            tiles += [hwc(dali_imgs[k]), hwc(np.clip(diff * DIFF_GAIN, 0, 255).astype(np.uint8))]
+            label += f"  max|diff| {int(diff.max())}"
         tiles = [cv2.cvtColor(x, cv2.COLOR_GRAY2BGR) if x.ndim == 2 else cv2.cvtColor(np.ascontiguousarray(x), cv2.COLOR_RGB2BGR)
                  for x in tiles]
         p = ds.params(d)
-        label = f"{index.classes[index.labels[d.index]]}  angle {p.angle:+.1f}  b {p.brightness:.2f}  c {p.contrast:.2f}"
-        bar = np.full((20, spec.width * len(tiles), 3), 255, np.uint8)
-        cv2.putText(bar, label, (4, 14), cv2.FONT_HERSHEY_SIMPLEX, 0.42, (0, 0, 0), 1, cv2.LINE_AA)
+        label += f"  angle {p.angle:+.1f}  b {p.brightness:.2f}  c {p.contrast:.2f}"
+        bar = np.full((20, tw * len(tiles), 3), 255, np.uint8)
+        _text(bar, label, 4, 14, tw * len(tiles) - 8, 0.42)
         rows.append(np.vstack([bar, np.hstack(tiles)]))
-    head = np.full((22, rows[0].shape[1], 3), 255, np.uint8)
+    width = rows[0].shape[1]
+    head = np.full((22, width, 3), 255, np.uint8)
     for c, name in enumerate(columns):
-        cv2.putText(head, name, (c * spec.width + 4, 16), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, cv2.LINE_AA)
+        _text(head, name, c * tw + 4, 16, tw - 8)
+    parts = [head]
+    if dali_imgs is not None:
+        legend = np.full((18, width, 3), 255, np.uint8)
+        _text(legend, f"last column: |fallback - DALI| per pixel x{DIFF_GAIN} (black: identical, white: "
+                      f">= {256 // DIFF_GAIN} levels apart)", 4, 13, width - 8, 0.4)
+        parts.append(legend)
     counts = np.bincount(index.labels[sampler.global_draw()], minlength=len(index.classes))
-    grid = np.vstack([head, *rows, _histogram(index.classes, counts, rows[0].shape[1], max(120, t // 2))])
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    cv2.imwrite(str(out), grid)
-    print(f"preview of {len(draws)} draws ({', '.join(columns)}) written to {out}")
+    grid = np.vstack([*parts, *rows, _histogram(index.classes, counts, width, max(120, th // 2))])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if not cv2.imwrite(str(args.out), grid):
+        raise OSError(f"OpenCV could not write {args.out}; give a .png file name")
+    print(f"preview of {len(draws)} draws ({', '.join(columns)}) written to {args.out}")
     return 0
 
 
@@ -173,41 +210,44 @@ def cmd_demo(args) -> int:
 
     from .augment import AugmentSpec
     from .index import SampleIndex
-    from .loader import DaliLoader
+    from .loader import DaliLoader, choose_backend
     from .sampler import WeightedSampler
     from .synthetic import generate_defect_dataset
 
-    out = Path(args.out)
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
     if args.data:
-        root = Path(args.data)
+        root = args.data
     else:
         w, h = args.size
         root = Path(args.cache) / f"defects-{args.images}-{w}x{h}-q{args.quality}-s{args.seed}"
         t0 = time.perf_counter()
         generate_defect_dataset(root, n=args.images, size=args.size, quality=args.quality, seed=args.seed)
-        print(f"data: {args.images} synthetic defect images ({w}x{h}) in {root} [{time.perf_counter() - t0:.1f} s]")
+        print(f"data: {root} [{time.perf_counter() - t0:.1f} s]")  # the library logs what it generated
     t0 = time.perf_counter()
-    index = SampleIndex.from_folder(root)
+    index = SampleIndex.from_folder(root)  # the library logs the summary
     index.save(out / "index.npz")
-    print(f"index: {index.summary()} [{time.perf_counter() - t0:.2f} s]")
+    print(f"index: {out / 'index.npz'} [{time.perf_counter() - t0:.2f} s]")
     spec = AugmentSpec(size=args.out_size)
     ds = ImageDataset(index, spec, seed=args.seed)
     sampler = WeightedSampler(index, seed=args.seed)
+    name, _, reason = choose_backend(args.device, args.backend)
+    log.debug("backend choice for device=%s backend=%s: %s (%s)", args.device, args.backend, name, reason)
     loader = DaliLoader(ds, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers,
                         device=args.device, backend=args.backend)
-    print(f"loader: backend {loader.backend}, {len(loader)} batches of {args.batch_size} per epoch")
+    print(f"loader: {loader.backend}, {len(loader)} batches of {args.batch_size} per epoch")
     first = None
     counts = np.zeros(len(index.classes), np.int64)
     for epoch in range(args.epochs):
         loader.set_epoch(epoch)
         t0 = time.perf_counter()
         n = 0
-        for images, labels in loader:
+        for b, (images, labels) in enumerate(loader):
             if first is None:
                 first = (images[:16], labels[:16], time.perf_counter() - t0)
             n += len(labels)
             counts += np.bincount(labels.cpu().numpy(), minlength=len(index.classes))
+            log.debug("epoch %d batch %d: %d images after %.3f s", epoch, b, len(labels), time.perf_counter() - t0)
         dt = time.perf_counter() - t0
         print(f"epoch {epoch}: {n} images in {dt:.2f} s = {n / dt:.1f} img/s")
     share = ", ".join(f"{c} {k / counts.sum():.1%}" for c, k in zip(index.classes, counts))
@@ -222,78 +262,80 @@ def cmd_demo(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dali-backend", description="Fast, trustworthy JPEG loading for PyTorch (DALI + CPU fallback).")
-    p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = p.add_subparsers(dest="command", required=True)
+    from bench.__main__ import add_arguments as add_bench_arguments
 
-    d = sub.add_parser("demo", help="generate the synthetic defect set, index it, train-style epochs, print img/s, write a preview")
-    d.add_argument("--out", default="out/demo", help="folder for the index and preview.png (default out/demo)")
-    d.add_argument("--data", help="use this folder (root/<class>/*.jpg) instead of synthetic data")
-    d.add_argument("--cache", default=str(default_cache()), help="where synthetic data is generated (default ~/.cache/dali_backend)")
-    d.add_argument("--images", type=int, default=400, help="synthetic images (default 400)")
-    d.add_argument("--size", type=_size, default=(1024, 768), help="synthetic image size WxH (default 1024x768)")
-    d.add_argument("--quality", type=int, default=92, help="JPEG quality (default 92)")
-    d.add_argument("--out-size", type=int, default=256, help="square output size (default 256)")
-    d.add_argument("--epochs", type=int, default=3)
-    d.add_argument("--batch-size", type=int, default=32)
-    d.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="loader workers / DALI threads")
+    common = verbosity_parent()
+    p = OneLineParser(prog="dali-backend", description="Fast, trustworthy JPEG loading for PyTorch (DALI + CPU fallback).",
+                      epilog="-q/-v work before or after the subcommand.")
+    p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging: resolved arguments, backend choice, timings")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{demo,index,split,preview,bench}")
+
+    def add(name: str, func, help: str, **kw) -> argparse.ArgumentParser:
+        s = sub.add_parser(name, help=help, description=help, parents=[common], **kw)
+        s.set_defaults(func=func, prog=s.prog)
+        return s
+
+    d = add("demo", cmd_demo, "generate the synthetic defect set, index it, train-style epochs, print img/s, write a preview")
+    d.add_argument("--out", type=output_dir, default=Path("out/demo"), help="folder for the index and preview.png (default out/demo)")
+    d.add_argument("--data", type=existing_dir, help="use this folder (root/<class>/*.jpg) instead of synthetic data")
+    d.add_argument("--cache", type=output_dir, default=default_cache(),
+                   help="where synthetic data is generated (default ~/.cache/dali_backend)")
+    d.add_argument("--images", type=positive_int, default=400, help="synthetic images (default 400)")
+    d.add_argument("--size", type=size_wxh, default=(1024, 768), help="synthetic image size WxH (default 1024x768)")
+    d.add_argument("--quality", type=int_range(1, 100), default=92, help="JPEG quality 1-100 (default 92)")
+    d.add_argument("--out-size", type=positive_int, default=256, help="square output size in pixels (default 256)")
+    d.add_argument("--epochs", type=positive_int, default=3, help="epochs to run (default 3)")
+    d.add_argument("--batch-size", type=positive_int, default=32)
+    d.add_argument("--workers", type=int_range(0), default=os.cpu_count() or 1, help="loader workers / DALI threads")
     d.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     d.add_argument("--backend", default="auto", choices=["auto", "dali", "torch"])
     d.add_argument("--seed", type=int, default=0)
-    d.set_defaults(func=cmd_demo)
 
-    i = sub.add_parser("index", help="index a folder, a manifest or keyword-labelled files; report rejects")
-    i.add_argument("root", help="data root (root/<class>/**/*.jpg, or the manifest's root)")
-    i.add_argument("--out", required=True, help="index file to write")
+    i = add("index", cmd_index, "index a folder, a manifest or keyword-labelled files; report rejects",
+            epilog="Labels come from class folders (default), a --manifest, or --keywords in file and folder "
+                   "names (default rules: ok/normal/good -> normal, scratch/scr -> scratch, dent/pit -> dent; "
+                   "--keyword-rules replaces them).")
+    i.add_argument("root", type=existing_dir, help="data root (root/<class>/**/*.jpg, or the manifest's root)")
+    i.add_argument("--out", type=output_file, required=True, help="index file to write (.npz)")
     i.add_argument("--split", help="split folder (root/<split>/<class>/...) or CSV split column")
     i.add_argument("--manifest", help="JSON {path: class} or CSV path,label[,split]")
-    i.add_argument("--keywords", nargs="?", const="", help="label by keywords in names; optional JSON {class: [words]}")
+    i.add_argument("--keywords", action="store_true", help="label by keywords in file and folder names")
+    i.add_argument("--keyword-rules", type=keyword_rules, metavar="JSON",
+                   help="keyword rules as a JSON object {class: [word, ...]} (implies --keywords)")
     i.add_argument("--verify", default="header", choices=["header", "decode", "none"])
-    i.add_argument("--max-pixels", type=int, default=100_000_000)
-    i.set_defaults(func=cmd_index)
+    i.add_argument("--max-pixels", type=positive_int, default=100_000_000)
 
-    s = sub.add_parser("split", help="split an index into train/val, stable as the data grows")
-    s.add_argument("index", help="index file written by `index`")
-    s.add_argument("--val-fraction", type=float, default=0.2)
+    s = add("split", cmd_split, "split an index into train/val, stable as the data grows")
+    s.add_argument("index", type=index_file, help="index file written by `index`")
+    s.add_argument("--val-fraction", type=fraction, default=0.2, help="share of files in val, in (0, 1) (default 0.2)")
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--train-out", required=True)
-    s.add_argument("--val-out", required=True)
-    s.set_defaults(func=cmd_split)
+    s.add_argument("--train-out", type=output_file, required=True)
+    s.add_argument("--val-out", type=output_file, required=True)
+    add_index_load_arguments(s)
 
-    v = sub.add_parser("preview", help="PNG: original, fallback and DALI outputs side by side, with labels, parameters "
-                                       "and the class histogram of one sampler epoch")
-    v.add_argument("data", help="data root (root/<class>/*.jpg) or an index file")
-    v.add_argument("--out", default="preview.png")
-    v.add_argument("--n", type=int, default=6, help="draws shown (default 6)")
-    v.add_argument("--size", type=int, default=192)
+    v = add("preview", cmd_preview, "PNG: original, fallback and DALI outputs and their difference side by side, with "
+                                    "labels, parameters and the class histogram of one sampler epoch")
+    v.add_argument("data", type=data_or_index, help="data root (root/<class>/*.jpg) or an index file")
+    v.add_argument("--out", type=output_file, default=Path("preview.png"), help="PNG to write (default preview.png)")
+    v.add_argument("--n", type=int_range(1, MAX_PREVIEW_DRAWS), default=6,
+                   help=f"draws shown, 1 to {MAX_PREVIEW_DRAWS} (default 6)")
+    v.add_argument("--size", type=positive_int, default=192, help="tile size in pixels (default 192)")
     v.add_argument("--color", default="gray", choices=["gray", "rgb"])
     v.add_argument("--fit", default="stretch", choices=["stretch", "letterbox"])
     v.add_argument("--backend", default="auto", choices=["auto", "torch"], help="torch: skip the DALI column")
     v.add_argument("--seed", type=int, default=0)
-    v.set_defaults(func=cmd_preview)
+    add_index_load_arguments(v)
 
-    sub.add_parser("bench", help="the benchmark (same as python -m bench); see `bench --help`", add_help=False)
+    b = sub.add_parser("bench", help="the benchmark (same as python -m bench)", parents=[common],
+                       description="DaliLoader against the CPU fallback, the tutorial-style loader and the ceiling.")
+    add_bench_arguments(b)
+    b.set_defaults(prog=b.prog)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    words = [a for a in argv if not a.startswith("-")]
-    if words and words[0] == "bench":  # everything after `bench` belongs to the benchmark's own parser
-        from bench.__main__ import main as bench_main
-
-        return bench_main(argv[argv.index("bench") + 1:])
-    args = build_parser().parse_args(argv)
-    level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    from .errors import DaliBackendError
-
-    try:
-        return args.func(args)
-    except DaliBackendError as e:
-        log.error("%s", e)
-        return 2
+    return run_command(build_parser(), argv, log)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 FIELDS = {"name", "images_per_s", "ratio_to_ceiling", "cpu_s_per_image", "peak_rss_mb", "first_batch_s", "rss_growth_pct"}
 
@@ -38,3 +40,69 @@ def test_gpu_check_script_parses_and_its_probe_runs_on_the_cpu(tmp_path):
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "decode.json").read_text())
     assert result["ok"] and result["max_diff"] == 0 and result["shape"] == [480, 640, 3]
+
+
+def test_measure_counts_child_cpu_and_memory():
+    """psutil-based figures: a busy child adds CPU seconds, a child holding 200 MB adds memory."""
+    from bench.measure import process_tree, tree_cpu_seconds, tree_rss_mb
+
+    code = "import time\nb = b\"x\" * 200_000_000\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\ntime.sleep(30)"
+    before_cpu, before_mb = tree_cpu_seconds(), tree_rss_mb()
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        import time
+
+        deadline = time.monotonic() + 20
+        while tree_cpu_seconds() - before_cpu < 0.5 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert child.pid in process_tree()
+        assert tree_cpu_seconds() - before_cpu >= 0.5
+        assert tree_rss_mb() - before_mb > 150
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _is_png(path: Path) -> bool:
+    import cv2
+
+    return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and cv2.imread(str(path)) is not None
+
+
+def test_bench_several_source_sizes_writes_json_and_charts(tmp_path):
+    """--source-sizes: one run per size (JSON + throughput chart each), a combined JSON and the ratio chart."""
+    out = tmp_path / "b.json"
+    proc = subprocess.run([sys.executable, "-m", "bench", "--images", "8", "--source-sizes", "64x48,128x96", "--size", "32x32",
+                           "--epochs", "2", "--batch-size", "4", "--workers", "1", "--only", "fallback",
+                           "--cache", str(tmp_path / "cache"), "--json", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["source_size"] for r in runs] == [[64, 48], [128, 96]]
+    for w, h in ((64, 48), (128, 96)):
+        per_size = json.loads((tmp_path / f"b-{w}x{h}.json").read_text())
+        assert [r["name"] for r in per_size["results"]] == ["ceiling", "fallback"]
+        assert all(len(r["epoch_images_per_s"]) == 2 for r in per_size["results"])
+        assert _is_png(tmp_path / f"b-{w}x{h}.png")
+    assert _is_png(tmp_path / "b-sizes.png")
+
+
+def test_charts_from_results(tmp_path):
+    from bench.plots import ratio_by_size_chart, throughput_chart
+
+    machine = {"cores": 2, "cpu": "test CPU", "gpu": None,
+               "data": {"images": 8, "source_size": [64, 48], "output_size": [32, 32]}}
+    results = [{"name": n, "images_per_s": v, "epoch_images_per_s": [v * 0.9, v, v * 1.1], "ratio_to_ceiling": v / 100,
+                "batch_size": 4} for n, v in (("ceiling", 100.0), ("fallback", 80.0), ("dali-cpu", 90.0))]
+    assert _is_png(throughput_chart(results, machine, tmp_path / "a" / "t.png"))
+    runs = [{"source_size": s, "output_size": [32, 32], "results": results} for s in ([320, 240], [2048, 1536])]
+    assert _is_png(ratio_by_size_chart(runs, machine, tmp_path / "r.png"))
+
+
+def test_missing_matplotlib_names_the_install_command(monkeypatch):
+    from bench.plots import require_matplotlib
+    from dali_backend.errors import MissingDependencyError
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'dali-backend\[plot\]'"):
+        require_matplotlib()

@@ -1,0 +1,301 @@
+"""Argument types and error handling shared by ``dali-backend`` and ``python -m bench``.
+
+Both command lines import this module and it imports neither of them, so ``dali_backend.cli`` and
+``bench`` have no import cycle. Besides the standard library it imports only
+:mod:`dali_backend.errors`, when a command runs.
+
+Every user error ends the same way: one line on stderr that names the argument, the value and the
+fix, exit status 2, no traceback. Values are checked by argparse ``type=`` functions (before any
+work starts); the library's typed errors (:class:`~dali_backend.errors.DaliBackendError`) and
+``OSError`` raised later are caught by :func:`run_command`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+USAGE_ERROR = 2
+NPZ_MAGIC = b"PK\x03\x04"  # an index file is a numpy .npz, i.e. a zip archive
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (no usage block) pointing at ``--help``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(text: object) -> str:
+    """``text`` with its line breaks folded into ``" | "`` (an error message for one stderr line)."""
+    return " | ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def verbosity_parent() -> argparse.ArgumentParser:
+    """A parent parser with ``-q``/``-v``, for every subcommand (so they work after the subcommand too).
+
+    Their default is ``SUPPRESS`` so that a subcommand does not reset a flag given before it.
+    """
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only warnings and errors")
+    g.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="debug logging: resolved arguments, backend choice, timings")
+    return p
+
+
+# ------------------------------------------------------------------------------------------ types
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    return int_range(1)(text)
+
+
+def int_range(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """A ``type=`` function accepting integers in ``[lo, hi]`` (``hi=None``: no upper bound)."""
+    want = f"an integer from {lo} to {hi}" if hi is not None else f"an integer >= {lo}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer; pass {want}") from None
+        if value < lo or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"{value} is out of range; pass {want}")
+        return value
+
+    parse.__name__ = "integer"  # argparse names the type in its own messages
+    return parse
+
+
+def fraction(text: str) -> float:
+    """A number strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; pass a fraction between 0 and 1, e.g. 0.2") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"{value} is not between 0 and 1 (exclusive); pass e.g. 0.2")
+    return value
+
+
+def size_wxh(text: str) -> tuple[int, int]:
+    """``WIDTHxHEIGHT`` in pixels, both >= 1, as ``(width, height)``."""
+    parts = text.lower().strip().split("x")
+    try:
+        w, h = (int(v) for v in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"size {text!r}: use WIDTHxHEIGHT in pixels, e.g. 640x480") from None
+    if w < 1 or h < 1:
+        raise argparse.ArgumentTypeError(f"size {text!r}: both sides must be >= 1, e.g. 640x480")
+    return w, h
+
+
+def size_list(text: str) -> list[tuple[int, int]]:
+    """Comma-separated ``WIDTHxHEIGHT`` sizes, e.g. ``320x240,640x480``; no duplicates."""
+    items = [t for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"sizes {text!r}: pass WIDTHxHEIGHT sizes separated by commas, e.g. 320x240,640x480")
+    sizes = [size_wxh(t) for t in items]
+    if len(set(sizes)) != len(sizes):
+        raise argparse.ArgumentTypeError(f"sizes {text!r}: a size is listed twice; list each size once")
+    return sizes
+
+
+def json_object(text: str) -> dict:
+    """A JSON object given on the command line."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid JSON ({e.msg} at character {e.pos}); "
+                                         "quote it for the shell, e.g. '{\"dent\": [\"dent\", \"pit\"]}'") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{text!r} is JSON but not an object; pass {{\"class\": [\"word\", ...]}}")
+    return value
+
+
+def keyword_rules(text: str) -> dict[str, list[str]]:
+    """A JSON object ``{class: [keyword, ...]}``."""
+    value = json_object(text)
+    for cls, words in value.items():
+        if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+            raise argparse.ArgumentTypeError(f"{text!r}: class {cls!r} maps to {words!r}; each class needs a list of "
+                                             "keywords, e.g. {\"dent\": [\"dent\", \"pit\"]}")
+    return value
+
+
+def existing_dir(text: str) -> Path:
+    """A folder that exists."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"folder {text!r} does not exist; check the path")
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a folder; pass the data folder (root/<class>/*.jpg)")
+    return path
+
+
+def is_index_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` starts like an index file (a numpy ``.npz`` archive)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == NPZ_MAGIC
+    except OSError:
+        return False
+
+
+def _not_index(text: str) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(f"{text!r} is not an index file (a .npz written by `dali-backend index`); build "
+                                      f"one with: dali-backend index DATA_ROOT --out index.npz")
+
+
+def index_file(text: str) -> Path:
+    """An index file written by ``dali-backend index`` (checked by its first bytes, not by its name)."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"index file {text!r} does not exist; build one with: "
+                                         "dali-backend index DATA_ROOT --out index.npz")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder, not an index file; build one with: "
+                                         f"dali-backend index {text} --out index.npz")
+    if not is_index_file(path):
+        raise _not_index(text)
+    return path
+
+
+def data_or_index(text: str) -> Path:
+    """A data folder (root/<class>/*.jpg) or an index file."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text!r} does not exist; pass a data folder (root/<class>/*.jpg) or an index file")
+    if path.is_dir():
+        return path
+    if not is_index_file(path):
+        raise _not_index(text)
+    return path
+
+
+def output_file(text: str) -> Path:
+    """A file path that can be written: not a folder, and its nearest existing parent is a writable folder
+    (missing parent folders are created by the command)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; pass a file name inside it, e.g. {Path(text) / 'out'}")
+    _check_writable_parent(text, path.parent)
+    return path
+
+
+def output_dir(text: str) -> Path:
+    """A folder to write into: an existing writable folder, or one that can be created."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder; pass a folder path")
+    _check_writable_parent(text, path)
+    return path
+
+
+def _check_writable_parent(text: str, folder: Path) -> None:
+    probe = folder.absolute()
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r}: {str(probe)!r} is a file, not a folder; choose another path")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text!r}: folder {str(probe)!r} is not writable; choose another path")
+
+
+# ------------------------------------------------------------------------------------------ running
+def configure_logging(args: argparse.Namespace, names: tuple[str, ...] = ("dali_backend", "bench")) -> Callable[[], None]:
+    """Send the ``names`` loggers to stderr at the level ``-q``/``-v`` ask for; returns an undo function
+    (so that a command run in-process, e.g. in tests, leaves logging as it found it)."""
+    quiet, verbose = getattr(args, "quiet", False), getattr(args, "verbose", False)
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    loggers = [logging.getLogger(n) for n in names]
+    saved = [(lg.level, lg.propagate) for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(level)
+        lg.addHandler(handler)
+        lg.propagate = False  # one line per record, whatever the root logger has
+
+    def undo() -> None:
+        for lg, (lvl, prop) in zip(loggers, saved):
+            lg.removeHandler(handler)
+            lg.setLevel(lvl)
+            lg.propagate = prop
+
+    return undo
+
+
+def run_command(parser: argparse.ArgumentParser, argv: list[str] | None, log: logging.Logger) -> int:
+    """Parse ``argv``, run ``args.func(args)`` and turn every expected failure into one stderr line.
+
+    Returns the exit status: the command's own, 2 for a usage error or a typed library error or an
+    ``OSError``, 130 on Ctrl-C.
+    """
+    args = parser.parse_args(argv)
+    if getattr(args, "quiet", False) and getattr(args, "verbose", False):
+        parser.error("argument -q/--quiet: not allowed with argument -v/--verbose; pass one of them")
+    undo = configure_logging(args)
+    prog = getattr(args, "prog", parser.prog)
+    from .errors import DaliBackendError
+
+    try:
+        log.debug("%s: arguments %s", prog, {k: str(v) if isinstance(v, Path) else v for k, v in sorted(vars(args).items())
+                                             if k not in ("func", "prog")})
+        t0 = time.perf_counter()
+        rc = args.func(args)
+        log.debug("%s: done in %.2f s (exit status %d)", prog, time.perf_counter() - t0, rc)
+        return rc
+    except DaliBackendError as e:
+        print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
+        return USAGE_ERROR
+    except OSError as e:
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        print(f"{prog}: error: {where}{one_line(e.strerror or e)}; check the path and its permissions", file=sys.stderr)
+        return USAGE_ERROR
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        undo()
+
+
+# ------------------------------------------------------------------------------------------ shared helpers
+def default_cache() -> Path:
+    """Where synthetic data sets are generated: ``$XDG_CACHE_HOME/dali_backend`` (default ``~/.cache``)."""
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dali_backend"
+
+
+def add_index_load_arguments(p: argparse.ArgumentParser) -> None:
+    """``--root`` and ``--no-check``: how an index file given on the command line is loaded."""
+    p.add_argument("--root", type=existing_dir, help="data root to use instead of the one saved in the index file "
+                                                     "(the data moved since indexing)")
+    p.add_argument("--no-check", action="store_true", help="do not compare the files' sizes and modification times "
+                                                           "with indexing time (SampleIndex.load(check='none'))")
+
+
+def load_data(path: Path, root: Path | None = None, no_check: bool = False, progress: bool | None = None,
+              arg: str = "data"):
+    """A :class:`~dali_backend.SampleIndex` from an index file (honouring ``--root``/``--no-check``) or
+    by indexing a data folder. Index errors are re-raised (same type) with ``arg`` and ``path`` in front."""
+    from .errors import ConfigError, IndexBuildError, IndexFileError, StaleIndexError
+    from .index import SampleIndex
+
+    if path.is_dir():
+        if root is not None or no_check:
+            flag = "--root" if root is not None else "--no-check"
+            raise ConfigError(f"{flag} applies to an index file, but {arg} {str(path)!r} is a data folder (indexed "
+                              f"afresh); drop {flag}")
+    try:
+        if path.is_dir():
+            return SampleIndex.from_folder(path, progress=progress)
+        return SampleIndex.load(path, root=root, check="none" if no_check else "stat")
+    except (IndexBuildError, IndexFileError, StaleIndexError) as e:
+        raise type(e)(f"{arg} {str(path)!r}: {e}") from e
