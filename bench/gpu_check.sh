@@ -74,7 +74,7 @@ if [ $dry = 0 ]; then
   nvidia-smi dmon -s um -o T -d 1 > "$out/dmon.txt" 2>&1 &
   dmon=$!
 fi
-timeout 110 "$py" -m bench --data "$data" --epochs 2 --only "${contenders[@]}" --json "$out/bench.json" 2>&1 \
+timeout 110 "$py" -m bench --data "$data" --epochs 2 --only "${contenders[@]}" --no-plot --json "$out/bench.json" 2>&1 \
   | tail -12 | tee "$out/bench.txt"
 finish bench "${PIPESTATUS[0]}"
 [ $dry = 0 ] && kill "$dmon" 2>/dev/null
