@@ -47,23 +47,26 @@ def _forget_pipelines_in_child() -> None:
     if not _LIVE_RUNNERS:
         return
     import ctypes
-    import multiprocessing.process as mp_process
 
+    pipes = set()
     for runner in list(_LIVE_RUNNERS):
         for obj in (runner, runner.pipe, runner.iterator):
             if obj is not None:
                 ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))  # never freed in this process
                 _CHILD_KEEPALIVE.append(obj)
+        pipes.add(id(runner.pipe))
     try:
         from nvidia.dali.pipeline import Pipeline
 
         Pipeline._pipes.clear()  # DALI's atexit hook would shut the parent's pipelines down from here
     except (ImportError, AttributeError):
         pass
-    # DALI's reader workers are the parent's children, not ours: multiprocessing's exit hook would join them
-    for proc in list(getattr(mp_process, "_children", ())):
-        if getattr(proc, "_parent_pid", os.getpid()) != os.getpid():
-            mp_process._children.discard(proc)
+    # DALI closes a pipeline's worker pool in a weakref.finalize, which also runs at exit: from here it
+    # would close the parent's shared task queues, and the parent's reader workers would stop.
+    for fin in list(getattr(weakref.finalize, "_registry", {})):
+        target = fin.peek()
+        if target is not None and id(target[0]) in pipes:
+            fin.detach()
 
 
 os.register_at_fork(after_in_child=_forget_pipelines_in_child)
@@ -231,29 +234,38 @@ class _PipelineThread:
     def __init__(self):
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         self._results: queue.SimpleQueue = queue.SimpleQueue()
+        self._last = 0
         self._thread = threading.Thread(target=self._serve, name="dali-backend-pipeline", daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
         while True:
-            fn = self._requests.get()
-            if fn is None:
+            request = self._requests.get()
+            if request is None:
                 return
+            rid, fn = request
             try:
-                self._results.put((True, fn()))
+                self._results.put((rid, True, fn()))
             except BaseException as e:  # handed to the waiting thread
-                self._results.put((False, e))
+                self._results.put((rid, False, e))
 
-    def submit(self, fn) -> None:
-        self._requests.put(fn)
+    def submit(self, fn) -> int:
+        """Queue ``fn``; returns the request's number, which :meth:`wait` takes."""
+        self._last += 1
+        rid = self._last
+        self._requests.put((rid, fn))
+        return rid
 
-    def wait(self, poll):
-        """The next result; ``poll()`` runs between timeouts (it raises to give up)."""
+    def wait(self, rid: int, poll):
+        """The result of request ``rid`` (results of older requests, left by an interrupted wait, are
+        dropped); ``poll()`` runs between timeouts (it raises to give up)."""
         while True:
             try:
-                ok, value = self._results.get(timeout=self.POLL_S)
+                got, ok, value = self._results.get(timeout=self.POLL_S)
             except queue.Empty:
                 poll()
+                continue
+            if got < rid:
                 continue
             if ok:
                 return value
@@ -318,8 +330,7 @@ class _DaliRunner:
         self._queue: deque = deque()  # (key, batch_no, rows [B, 5]) written to the ring, not yet consumed
         self._stream = None
         self._next_slot = 0
-        self._pending = 0  # requests sent to the pipeline thread whose result is not taken yet
-        self._clean_interrupt = False
+        self._clean_interrupt = False  # set when a Ctrl-C arrives while waiting for DALI (a safe place)
         self._caller = _PipelineThread()
         _LIVE_RUNNERS.add(self)
 
@@ -377,22 +388,18 @@ class _DaliRunner:
         done.record(torch.cuda.current_stream(self.device))
         return out, done
 
-    def _take(self):
-        """The oldest outstanding result, waited for in this thread (any thread) while watching the workers."""
-        try:
-            value = self._caller.wait(self.check_workers)
-        except KeyboardInterrupt:
-            self._clean_interrupt = True  # the request runs on in DALI's thread; a later call drops its result
-            raise
-        self._pending -= 1
-        return value
-
     def _call(self):
-        self._caller.submit(self._produce)
-        self._pending += 1
-        while self._pending > 1:
-            self._take()  # a batch an interrupted wait left behind: dropped (it was stale already)
-        out, done = self._take()
+        """One batch from DALI, waited for in this thread (any thread) while watching the workers.
+
+        A Ctrl-C during the wait leaves DALI to finish the batch in its thread; the runner stays
+        consistent (that batch was already taken off the schedule) and the next call drops its result.
+        """
+        rid = self._caller.submit(self._produce)
+        try:
+            out, done = self._caller.wait(rid, self.check_workers)
+        except KeyboardInterrupt:
+            self._clean_interrupt = True
+            raise
         if done is not None:  # the caller's stream (maybe not the default one) waits for DALI's copy
             torch.cuda.current_stream(self.device).wait_event(done)
         return out

@@ -1,4 +1,4 @@
-"""What every reader worker process of a DALI loader does first: outlive nobody, ignore Ctrl-C.
+"""Process hygiene of the loaders' workers: they outlive nobody, ignore Ctrl-C, and forks leave them be.
 
 DALI starts its Python reader workers itself (fork, or spawn once CUDA is initialised), so this
 module hooks both ways in: forked workers through ``os.register_at_fork`` while a loader is starting
@@ -10,6 +10,9 @@ then
   alive; once the workers are gone the tracker unlinks the loader's shared memory;
 * ignores SIGINT: Ctrl-C in a terminal reaches the whole process group, and the main process (which
   gets ``KeyboardInterrupt`` and keeps its loader usable) must not lose its workers to it.
+
+And a process made by a plain ``os.fork()`` after iterating (any backend) forgets the parent's worker
+processes, so that its exit does not terminate them.
 """
 
 from __future__ import annotations
@@ -57,4 +60,18 @@ def starting_workers():
         _starting.parent = None
 
 
+def _forget_parents_children() -> None:
+    """In a process made by a plain ``os.fork()``: the parent's worker processes are not ours.
+
+    ``multiprocessing`` resets its list of children only in processes it starts itself; after a plain
+    fork, its exit hook would terminate (and try to join) the parent's DataLoader and DALI workers.
+    """
+    import multiprocessing.process as mp_process
+
+    for proc in list(getattr(mp_process, "_children", ())):
+        if getattr(proc, "_parent_pid", os.getpid()) != os.getpid():
+            mp_process._children.discard(proc)
+
+
 os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(after_in_child=_forget_parents_children)
