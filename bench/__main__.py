@@ -28,6 +28,9 @@ from . import CONTENDERS
 
 log = logging.getLogger("bench")
 
+# Each contender runs in a child process; it imports *our* bench even if a user's bench.py shadows it.
+_CHILD = "import sys; from dali_backend._own import own; sys.exit(own('bench.__main__').main(sys.argv[1:]))"
+
 
 def machine_info() -> dict:
     import cv2
@@ -105,7 +108,7 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
     index.save(index_path)
     results = []
     for name in track(names, total=len(names), desc="bench", unit="contender"):
-        cmd = [sys.executable, "-m", "bench", "--one", name, "--index", str(index_path), "--size", f"{out_w}x{out_h}",
+        cmd = [sys.executable, "-c", _CHILD, "--one", name, "--index", str(index_path), "--size", f"{out_w}x{out_h}",
                "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--workers", str(args.workers)]
         log.info("running %s ...", name)
         log.debug("command: %s", " ".join(cmd))

@@ -13,7 +13,9 @@ import cv2
 import numpy as np
 
 from dali_backend.augment import AugmentSpec, AugParams, Clahe
-from fallback import ops
+from dali_backend._own import own
+
+ops = own("fallback.ops")
 
 
 def diff_stats(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> dict:
@@ -152,7 +154,7 @@ def compare_end_to_end(dataset, draws, device: str = "cpu", batch_size: int = 8)
     import torch
 
     from dali_backend import DaliLoader
-    from fallback import FallbackLoader, ImageDataset
+    FallbackLoader, ImageDataset = own("fallback").FallbackLoader, own("fallback").ImageDataset
 
     spec = dataclasses.replace(dataset.spec, dtype="uint8")
     ds = ImageDataset(dataset.index, spec, seed=dataset.seed)
@@ -184,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from dali_backend import SampleIndex, WeightedSampler
     from dali_backend.synthetic import generate_defect_dataset
-    from fallback import ImageDataset
+    ImageDataset = own("fallback").ImageDataset
 
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])

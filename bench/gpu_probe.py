@@ -106,7 +106,9 @@ def cmd_decode(args) -> int:
 def cmd_sweep(args) -> int:
     """Throughput of DaliLoader for each ``hw_decoder_load`` on the same data (one process, warm-up first)."""
     from dali_backend import AugmentSpec, DaliLoader, SampleIndex, WeightedSampler
-    from fallback import ImageDataset
+    from dali_backend._own import own
+
+    ImageDataset = own("fallback").ImageDataset
 
     index = SampleIndex.from_folder(args.data, progress=False)
     ds = ImageDataset(index, AugmentSpec(size=256), seed=0)

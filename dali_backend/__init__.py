@@ -22,7 +22,8 @@ logging.getLogger("dali_backend").addHandler(logging.NullHandler())
 __version__ = "0.1.0"
 __all__ = [
     "AugmentSpec", "AugParams", "Clahe", "draw_params", "SampleIndex", "Rejected", "KeywordRules", "DEFAULT_KEYWORDS",
-    "WeightedSampler", "Draw", "DaliLoader", "DaliBackendError", "ConfigError", "IndexBuildError", "IndexFileError",
+    "WeightedSampler", "Draw", "DaliLoader", "ImageDataset", "FallbackLoader", "DaliBackendError", "ConfigError",
+    "IndexBuildError", "IndexFileError",
     "ManifestError", "StaleIndexError", "BadImageError", "MissingDependencyError", "LoaderWorkerError",
 ]
 
@@ -34,4 +35,8 @@ def __getattr__(name: str):
         from .loader import DaliLoader
 
         return DaliLoader
+    if name in ("ImageDataset", "FallbackLoader"):  # the CPU executor, re-exported (imports OpenCV)
+        from ._own import own
+
+        return getattr(own("fallback"), name)
     raise AttributeError(f"module 'dali_backend' has no attribute {name!r}")

@@ -141,7 +141,9 @@ def cmd_preview(args) -> int:
     import cv2
     import numpy as np
 
-    from fallback import ImageDataset, ops
+    from ._own import own
+
+    ImageDataset, ops = own("fallback").ImageDataset, own("fallback.ops")
 
     from .augment import AugmentSpec
     from .loader import DaliLoader, _dali_importable
@@ -206,7 +208,9 @@ def cmd_preview(args) -> int:
 def cmd_demo(args) -> int:
     import numpy as np
 
-    from fallback import ImageDataset
+    from ._own import own
+
+    ImageDataset = own("fallback").ImageDataset
 
     from .augment import AugmentSpec
     from .index import SampleIndex
@@ -262,7 +266,9 @@ def cmd_demo(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from bench.__main__ import add_arguments as add_bench_arguments
+    from ._own import own
+
+    add_bench_arguments = own("bench.__main__").add_arguments
 
     common = verbosity_parent()
     p = OneLineParser(prog="dali-backend", description="Fast, trustworthy JPEG loading for PyTorch (DALI + CPU fallback).",

@@ -553,8 +553,11 @@ class DaliLoader(EpochLoaderMixin):
                  drop_last: bool = False, pin_memory: bool = False, *, device: str = "auto", backend: Backend = "auto",
                  seed: int = 0, prefetch_queue_depth: int = 2, hw_decoder_load: float = 0.65,
                  py_start_method: str | None = None, timeout: float = 0, on_error: str | None = None):
-        from fallback import FallbackLoader, ImageDataset
-        from fallback.loader import default_sampler
+        from ._own import own
+
+        fallback = own("fallback")
+        FallbackLoader, ImageDataset = fallback.FallbackLoader, fallback.ImageDataset
+        default_sampler = own("fallback.loader").default_sampler
 
         if not isinstance(dataset, ImageDataset):
             raise ConfigError(f"DaliLoader: dataset must be a fallback.ImageDataset, got {type(dataset).__name__}; "

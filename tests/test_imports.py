@@ -63,3 +63,27 @@ def test_module_graph_is_acyclic():
     for m in modules:
         if m not in state:
             visit(m, [m])
+
+
+def test_users_own_fallback_and_bench_modules_do_not_break_the_library(tmp_path, defect_root):
+    """A user's fallback.py / bench.py beside their script shadows ours on sys.path; the library still works."""
+    (tmp_path / "fallback.py").write_text("raise ImportError('the user fallback.py was imported')\n")
+    (tmp_path / "bench.py").write_text("raise ImportError('the user bench.py was imported')\n")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys\n"
+        "from dali_backend import AugmentSpec, DaliLoader, ImageDataset, SampleIndex\n"
+        "from dali_backend.cli import main\n"
+        f"index = SampleIndex.from_folder({str(defect_root)!r}, progress=False)\n"
+        "for backend in ('torch', 'dali'):\n"
+        "    loader = DaliLoader(ImageDataset(index, AugmentSpec(size=16)), batch_size=8, device='cpu', backend=backend)\n"
+        "    print(backend, sum(len(y) for _, y in loader))\n"
+        "    loader.close()\n"
+        "try:\n"
+        "    main(['bench', '--help'])\n"
+        "except SystemExit as e:\n"
+        "    print('bench help', e.code)\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}  # the library as installed (editable: the checkout)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "torch 60" in out.stdout and "dali 60" in out.stdout and "bench help 0" in out.stdout, out.stdout
