@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 
 from .augment import AugmentSpec, AugParams, Clahe, draw_params
-from .errors import (BadImageError, ConfigError, DaliBackendError, IndexBuildError, IndexFileError, ManifestError,
-                     LoaderWorkerError, MissingDependencyError, StaleIndexError)
+from .errors import (BadImageError, ConfigError, DaliBackendError, IndexBuildError, IndexFileError, LoaderClosedError,
+                     LoaderTimeoutError, LoaderWorkerError, ManifestError, MissingDependencyError, StaleIndexError)
 from .index import Rejected, SampleIndex
 from .labelling import DEFAULT_KEYWORDS, KeywordRules
 from .sampler import Draw, WeightedSampler
@@ -24,7 +24,8 @@ __all__ = [
     "AugmentSpec", "AugParams", "Clahe", "draw_params", "SampleIndex", "Rejected", "KeywordRules", "DEFAULT_KEYWORDS",
     "WeightedSampler", "Draw", "DaliLoader", "ImageDataset", "FallbackLoader", "DaliBackendError", "ConfigError",
     "IndexBuildError", "IndexFileError",
-    "ManifestError", "StaleIndexError", "BadImageError", "MissingDependencyError", "LoaderWorkerError",
+    "ManifestError", "StaleIndexError", "BadImageError", "MissingDependencyError", "LoaderWorkerError", "LoaderClosedError",
+    "LoaderTimeoutError",
 ]
 
 

@@ -17,6 +17,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+import torch
 
 from .errors import ConfigError
 
@@ -105,6 +106,20 @@ class EpochLoaderMixin:
         for p, s in zip(planned[skipped], served[skipped]):
             st.skipped_files.append((index.abspath(int(p)), index.abspath(int(s))))
         self._batches_done += 1
+
+    def _batch_meta(self, planned: np.ndarray, served: np.ndarray, epochs: np.ndarray, positions: np.ndarray) -> dict:
+        """What produced each sample of a batch (``return_meta=True``): indices, draw, path, parameters."""
+        from .sampler import Draw
+
+        ds = self.dataset
+        params = []
+        for i, e, p in zip(served.tolist(), epochs.tolist(), positions.tolist()):
+            value = ds.params(Draw(int(i), int(e), int(p)))
+            params.append(value._asdict() if hasattr(value, "_asdict") else dict(value))
+        as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
+        return {"index": as_tensor(served), "planned": as_tensor(planned), "epoch": as_tensor(epochs),
+                "position": as_tensor(positions), "path": [ds.index.abspath(int(i)) for i in served],
+                "params": params}
 
     def _end_epoch(self) -> None:
         st = self._stats

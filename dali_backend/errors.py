@@ -61,3 +61,7 @@ class LoaderWorkerError(DaliBackendError, RuntimeError):
 
 class LoaderClosedError(DaliBackendError, RuntimeError):
     """A loader (or an iterator of it) was used after ``close()``."""
+
+
+class LoaderTimeoutError(DaliBackendError, RuntimeError):
+    """No batch arrived within the loader's ``timeout`` (DataLoader's argument of that name)."""

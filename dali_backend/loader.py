@@ -15,6 +15,8 @@ import logging
 import os
 import queue
 import threading
+import time
+import warnings
 import weakref
 from collections import deque
 from collections.abc import Iterator
@@ -24,7 +26,7 @@ import numpy as np
 import torch
 
 from .epochs import EpochLoaderMixin
-from .errors import BadImageError, ConfigError, LoaderClosedError, LoaderWorkerError
+from .errors import BadImageError, ConfigError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError
 from .memory import release_free_memory
 from .sampler import Draw, WeightedSampler
 from .reading import check_on_error
@@ -290,13 +292,13 @@ class _DaliRunner:
 
     def __init__(self, dataset, sampler, batch_size: int, drop_last: bool, backend: str, device_id: int | None,
                  num_workers: int, prefetch_queue_depth: int, hw_decoder_load: float, py_start_method: str | None,
-                 on_error: str):
+                 on_error: str, timeout: float = 0.0):
         from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
         from . import pipeline
 
         self.dataset, self.sampler, self.batch_size, self.drop_last = dataset, sampler, batch_size, drop_last
-        self.backend, self.on_error = backend, on_error
+        self.backend, self.on_error, self.timeout = backend, on_error, timeout
         self.gpu = gpu = backend == "dali-gpu"
         self.lookahead = prefetch_queue_depth + 4  # batches written ahead of consumption
         self.ring = SlotRing(capacity=4 * self.lookahead * batch_size)
@@ -395,8 +397,18 @@ class _DaliRunner:
         consistent (that batch was already taken off the schedule) and the next call drops its result.
         """
         rid = self._caller.submit(self._produce)
+        deadline = time.monotonic() + self.timeout if self.timeout > 0 else None
+
+        def poll():
+            self.check_workers()
+            if deadline is not None and time.monotonic() > deadline:
+                error = LoaderTimeoutError(f"DALI delivered no batch within timeout={self.timeout:g} s (slow storage? "
+                                           "raise timeout=, or 0 for none); the next pass starts a new pipeline")
+                self.broken = self.broken or error
+                raise error
+
         try:
-            out, done = self._caller.wait(rid, self.check_workers)
+            out, done = self._caller.wait(rid, poll)
         except KeyboardInterrupt:
             self._clean_interrupt = True
             raise
@@ -408,7 +420,7 @@ class _DaliRunner:
         self.check_workers()
         try:
             out = self._call()
-        except (KeyboardInterrupt, LoaderWorkerError):
+        except (KeyboardInterrupt, LoaderWorkerError, LoaderTimeoutError):
             raise
         except StopIteration as e:
             raise RuntimeError("DALI ended the stream unexpectedly; this is a bug in dali_backend, please report it") from e
@@ -458,7 +470,7 @@ class _DaliRunner:
         return expected, out, served
 
     def iterate(self, loader_epoch: int, start_batch: int = 0):
-        """Yield ``(images, labels, planned, served, positions)`` for the epoch's batches from ``start_batch``."""
+        """Yield ``(images, labels, planned, served, positions, epochs)`` for the epoch's batches from ``start_batch``."""
         key, rows = self.epoch_plan(loader_epoch)
         if start_batch:
             rows = rows[start_batch * self.batch_size:]
@@ -485,7 +497,7 @@ class _DaliRunner:
             if not keep.all():
                 images = images[torch.from_numpy(keep).to(images.device)]
             yield (normalize(images, spec), torch.from_numpy(want.copy()).to(self.device), expected[keep, 1], served,
-                   expected[keep, 3])
+                   expected[keep, 3], expected[keep, 2])
 
     def bad_image(self, row: np.ndarray) -> BadImageError:
         """The error a reader worker met for the draw of slot ``row``, derived again here with its fields."""
@@ -541,18 +553,26 @@ class DaliLoader(EpochLoaderMixin):
             start in ``__init__``: create loaders before ``model.cuda()`` or
             ``torch.cuda.is_available()`` to keep fork; spawn re-imports the main script, which then
             needs an ``if __name__ == "__main__":`` guard.
-        timeout: the fallback DataLoader's batch timeout; the DALI path has none (a dead reader
-            raises :class:`LoaderWorkerError` instead of hanging).
+        timeout: seconds to wait for one batch (0: no limit), on every backend: then
+            :class:`LoaderTimeoutError` (a dead worker raises :class:`LoaderWorkerError` at once anyway).
         on_error: ``"raise"`` or ``"skip"`` (default: the dataset's); see :mod:`dali_backend.reading`.
+        return_meta: also yield each batch's identity (see below).
 
     Yields ``(images, labels)``: the spec's dtype ``[B, 3, H, W]`` (on the GPU for ``dali-gpu``) and int64
-    ``[B]``. ``.backend`` is ``"dali-gpu"``, ``"dali-cpu"`` or ``"torch"``.
+    ``[B]``; with ``return_meta=True``, ``(images, labels, meta)`` where ``meta`` is a dict of
+    ``"index"`` (sample served, int64 ``[B]``), ``"planned"`` (sample drawn; differs where
+    ``on_error="skip"`` replaced a bad file), ``"epoch"``, ``"position"`` (the draw's place in the
+    epoch's global draw), ``"path"`` (list of absolute paths) and ``"params"`` (list of dicts: each
+    draw's augmentation parameters). ``.backend`` is ``"dali-gpu"``, ``"dali-cpu"`` or ``"torch"``.
+    Arguments that have no effect on the chosen backend (``pin_memory`` on DALI, ``hw_decoder_load``
+    off the GPU, ``prefetch_queue_depth`` and ``py_start_method`` on the torch backend) warn once.
     """
 
     def __init__(self, dataset, batch_size: int = 1, shuffle: bool = False, sampler=None, num_workers: int = 0,
                  drop_last: bool = False, pin_memory: bool = False, *, device: str = "auto", backend: Backend = "auto",
                  seed: int = 0, prefetch_queue_depth: int = 2, hw_decoder_load: float = 0.65,
-                 py_start_method: str | None = None, timeout: float = 0, on_error: str | None = None):
+                 py_start_method: str | None = None, timeout: float = 0, on_error: str | None = None,
+                 return_meta: bool = False):
         from ._own import own
 
         fallback = own("fallback")
@@ -572,9 +592,26 @@ class DaliLoader(EpochLoaderMixin):
             raise ConfigError(f"DaliLoader: prefetch_queue_depth={prefetch_queue_depth!r}; must be >= 1")
         if not 0.0 <= hw_decoder_load <= 1.0:
             raise ConfigError(f"DaliLoader: hw_decoder_load={hw_decoder_load!r}; must lie in [0, 1]")
+        if not isinstance(timeout, (int, float)) or timeout < 0:
+            raise ConfigError(f"DaliLoader: timeout={timeout!r}; must be a non-negative number of seconds (0: none)")
         self.backend, device_id, reason = choose_backend(device, backend)
         if device == "auto" and backend == "auto":
             log.info("DaliLoader: backend %s (%s)", self.backend, reason)
+        else:
+            log.debug("DaliLoader: backend %s (%s)", self.backend, reason)
+        ignored = {"pin_memory": (pin_memory, False, self.backend != "torch",
+                                  "DALI batches come from DALI's own pinned or device memory"),
+                   "hw_decoder_load": (hw_decoder_load, 0.65, self.backend != "dali-gpu",
+                                       "only the GPU has a hardware JPEG decoder"),
+                   "prefetch_queue_depth": (prefetch_queue_depth, 2, self.backend == "torch",
+                                            "the torch backend prefetches with its DataLoader's defaults"),
+                   "py_start_method": (py_start_method, None, self.backend == "torch",
+                                       "it starts DALI's reader workers")}
+        for name, (value, default, unused, why) in ignored.items():
+            if unused and value != default:
+                warnings.warn(f"DaliLoader: {name}={value!r} has no effect on the {self.backend} backend ({why})",
+                              UserWarning, stacklevel=2)
+        self.return_meta = bool(return_meta)
         self.dataset, self.batch_size, self.num_workers = dataset, int(batch_size), int(num_workers)
         self.drop_last, self.pin_memory, self.timeout, self.epoch = drop_last, pin_memory, timeout, 0
         self.sampler = sampler if sampler is not None else default_sampler(dataset, shuffle, seed)
@@ -591,11 +628,12 @@ class DaliLoader(EpochLoaderMixin):
         if self.backend == "torch":
             self._impl = FallbackLoader(dataset, batch_size=self.batch_size, sampler=self.sampler,
                                         num_workers=self.num_workers, drop_last=drop_last, pin_memory=pin_memory,
-                                        timeout=timeout, on_error=self.on_error)
+                                        timeout=timeout, on_error=self.on_error, return_meta=self.return_meta)
             self.device = torch.device("cpu")
         else:
             self._runner_args = (dataset, self.sampler, self.batch_size, drop_last, self.backend, device_id,
-                                 self.num_workers, prefetch_queue_depth, hw_decoder_load, py_start_method, self.on_error)
+                                 self.num_workers, prefetch_queue_depth, hw_decoder_load, py_start_method, self.on_error,
+                                 float(timeout))
             self._runner = _DaliRunner(*self._runner_args)  # workers start now, before the user's CUDA work
             self._impl = None
             self.device = self._runner.device
@@ -648,9 +686,13 @@ class DaliLoader(EpochLoaderMixin):
         while True:
             runner = self._live_runner()
             try:
-                for images, labels, planned, served, positions in runner.iterate(self.epoch, self._batches_done):
+                for images, labels, planned, served, positions, epochs in runner.iterate(self.epoch,
+                                                                                          self._batches_done):
                     self._account(planned, served, positions)
-                    yield images, labels
+                    if self.return_meta:
+                        yield images, labels, self._batch_meta(planned, served, epochs, positions)
+                    else:
+                        yield images, labels
                 break
             except _PipelineFailed as failure:
                 runner.close()

@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from dali_backend.epochs import EpochLoaderMixin
-from dali_backend.errors import BadImageError, ConfigError, LoaderClosedError, LoaderWorkerError
+from dali_backend.errors import BadImageError, ConfigError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError
 from dali_backend.reading import check_on_error
 from dali_backend.memory import release_free_memory
 from dali_backend.sampler import Draw, WeightedSampler
@@ -45,14 +45,15 @@ class _Uint8View(Dataset):
         self._served = getattr(self, "_served", 0) + 1
         if self._served % 16 == 0:
             release_free_memory()  # keep worker RSS flat (full-resolution temporaries)
+        index, _, epoch, position = resolve_item(item, self.dataset.epoch)
         try:
-            return (*self.dataset.load_draw(item, self.on_error), None)
+            image, label, meta = self.dataset.load_draw(item, self.on_error)
+            return image, label, np.append(meta, epoch), None
         except BadImageError as e:
             spec = self.dataset.spec
-            index, _, _, position = resolve_item(item, self.dataset.epoch)
             blank = np.zeros((1 if spec.color == "gray" else 3, spec.height, spec.width), np.uint8)
-            return blank, -1, np.array([index, SERVED_BAD, position], np.int64), (e.path, e.index, e.label, e.epoch,
-                                                                                e.reason)
+            return blank, -1, np.array([index, SERVED_BAD, position, epoch], np.int64), (e.path, e.index, e.label,
+                                                                                       e.epoch, e.reason)
 
 
 def _collate_uint8(samples: list[tuple]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, list]:
@@ -89,7 +90,8 @@ class FallbackLoader(EpochLoaderMixin):
 
     Args mirror ``torch.utils.data.DataLoader``; ``sampler`` defaults to every sample once (shuffled
     when ``shuffle``), and may be a :class:`WeightedSampler` or any sampler of integer indices.
-    ``on_error`` (default: the dataset's) is ``"raise"`` or ``"skip"``. ``stats()``, ``state_dict()``
+    ``on_error`` (default: the dataset's) is ``"raise"`` or ``"skip"``; ``return_meta`` as in ``DaliLoader``.
+    ``stats()``, ``state_dict()``
     and ``load_state_dict()`` come from :class:`~dali_backend.epochs.EpochLoaderMixin`.
     """
 
@@ -98,7 +100,8 @@ class FallbackLoader(EpochLoaderMixin):
     def __init__(self, dataset: ImageDataset, batch_size: int = 1, shuffle: bool = False, sampler=None,
                  num_workers: int = 0, drop_last: bool = False, pin_memory: bool = False, seed: int = 0,
                  prefetch_factor: int | None = None, persistent_workers: bool | None = None,
-                 timeout: float = 0, multiprocessing_context=None, on_error: str | None = None):
+                 timeout: float = 0, multiprocessing_context=None, on_error: str | None = None,
+                 return_meta: bool = False):
         if not isinstance(dataset, ImageDataset):
             raise ConfigError(f"dataset must be a fallback.ImageDataset, got {type(dataset).__name__}")
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -113,6 +116,7 @@ class FallbackLoader(EpochLoaderMixin):
         self.on_error = check_on_error(on_error or dataset.on_error)
         self._start_batch = 0
         self._closed = False
+        self.return_meta = bool(return_meta)
         self._draws = _EpochDraws(self.sampler, self)
         if persistent_workers is None:
             persistent_workers = num_workers > 0
@@ -144,12 +148,19 @@ class FallbackLoader(EpochLoaderMixin):
                 except RuntimeError as e:
                     if "exited unexpectedly" in str(e):
                         raise self._worker_died(e) from e
+                    if "timed out after" in str(e):
+                        raise LoaderTimeoutError(f"no batch within timeout={self._loader.timeout:g} s ({e}); raise "
+                                                 "timeout=, or 0 for none") from e
                     raise
                 if errors:
                     raise BadImageError(*errors[0])
                 release_free_memory()  # the previous batch is gone by now: keep RSS flat
                 self._account(meta[:, 0], meta[:, 1], meta[:, 2])
-                yield ops.normalize(images, spec), labels
+                if self.return_meta:
+                    yield ops.normalize(images, spec), labels, self._batch_meta(meta[:, 0], meta[:, 1], meta[:, 3],
+                                                                                meta[:, 2])
+                else:
+                    yield ops.normalize(images, spec), labels
                 if self._closed:
                     raise LoaderClosedError("the loader was closed while this iterator was open; start a new pass "
                                             "with a new loader")

@@ -357,3 +357,59 @@ def test_forked_child_exits_normally(small_root, tmp_path, kind):
     assert [c for c, _ in codes] == [7, 0] and all(t < 5 for _, t in codes), line
     assert "PARENT 6" in proc.stdout
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------------------ issue 12: meta, timeouts
+def test_return_meta_identifies_every_sample_identically_on_both_backends(small_root):
+    index = SampleIndex.from_folder(small_root, progress=False)
+    out = {}
+    for kind in KINDS:
+        loader = make(kind, small_root, sampler=WeightedSampler(index, seed=5, num_samples=10), return_meta=True)
+        loader.set_epoch(2)
+        out[kind] = list(loader)
+        loader.close()
+    for (xa, ya, ma), (xb, yb, mb) in zip(out["dali-cpu"], out["torch"]):
+        assert torch.equal(ya, yb) and (xa - xb).abs().max() <= 0.05
+        for key in ("index", "planned", "epoch", "position"):
+            assert torch.equal(ma[key], mb[key]), key
+        assert ma["path"] == mb["path"] and ma["params"] == mb["params"]
+        assert (ma["epoch"] == 2).all() and len(ma["path"]) == len(ya)
+        assert all(index.abspath(int(i)) == p for i, p in zip(ma["index"], ma["path"]))
+        assert torch.equal(torch.from_numpy(index.labels[ma["index"].numpy()]), ya)
+        assert set(ma["params"][0]) >= {"angle", "brightness", "contrast"}
+
+
+@pytest.mark.parametrize("kind, kwargs, name", [
+    ("dali-cpu", dict(pin_memory=True), "pin_memory"),
+    ("dali-cpu", dict(hw_decoder_load=0.9), "hw_decoder_load"),
+    ("torch", dict(prefetch_queue_depth=4), "prefetch_queue_depth"),
+    ("torch", dict(py_start_method="spawn"), "py_start_method"),
+])
+def test_arguments_a_backend_ignores_warn(small_root, kind, kwargs, name):
+    with pytest.warns(UserWarning, match=f"{name}=.*has no effect on the {kind} backend"):
+        make(kind, small_root, **kwargs).close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_timeout_is_honoured_on_both_backends(small_root, tmp_path, kind):
+    proc = run_script(tmp_path, """
+        from dali_backend.reading import SampleReader
+        real = SampleReader.read
+        def slow(self, i, epoch=None):
+            if i == 6:
+                time.sleep(30)
+            return real(self, i, epoch)
+        SampleReader.read = slow  # before the workers start: they inherit it
+        index = SampleIndex.from_folder({root!r}, progress=False)
+        loader = DaliLoader(ImageDataset(index, AugmentSpec(size=16)), batch_size=4, num_workers=1, device="cpu",
+                            backend={backend!r}, timeout=2)
+        t0 = time.monotonic()
+        try:
+            list(loader)
+        except Exception as e:
+            print("RAISED", type(e).__name__, round(time.monotonic() - t0, 1), flush=True)
+        os._exit(0)
+    """, timeout=60, root=str(small_root), backend=KINDS[kind]["backend"])
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RAISED")), proc.stderr[-2000:])
+    assert line.startswith("RAISED LoaderTimeoutError"), line
+    assert float(line.split()[2]) < 12
