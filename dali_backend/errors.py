@@ -65,3 +65,7 @@ class LoaderClosedError(DaliBackendError, RuntimeError):
 
 class LoaderTimeoutError(DaliBackendError, RuntimeError):
     """No batch arrived within the loader's ``timeout`` (DataLoader's argument of that name)."""
+
+
+class StaleIteratorError(LoaderClosedError):
+    """An iterator of a loader was used after a newer pass over the same loader began."""

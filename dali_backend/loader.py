@@ -26,13 +26,14 @@ import numpy as np
 import torch
 
 from .epochs import EpochLoaderMixin
-from .errors import BadImageError, ConfigError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError
+from .errors import (BadImageError, ConfigError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError,
+                     StaleIteratorError)
 from .memory import release_free_memory
-from .sampler import Draw, WeightedSampler
+from .sampler import WeightedSampler, default_sampler, plan_epoch
 from .reading import check_on_error
 from .schedule import KIND_DRAW, KIND_PAD, SERVED_BAD, DrawSource, SlotRing
 from .tensors import normalize
-from .workers import starting_workers
+from .workers import WorkerInit, starting_workers
 
 log = logging.getLogger("dali_backend")
 Backend = Literal["auto", "dali", "torch"]
@@ -185,11 +186,10 @@ def choose_start_method(requested: str | None) -> str:
     return requested
 
 
-def batches_of(rows: np.ndarray, batch_size: int, drop_last: bool) -> list[np.ndarray]:
-    """Cut an epoch's rows into full batches; the last partial one is padded (or dropped)."""
-    n = len(rows) // batch_size * batch_size if drop_last else len(rows)
+def batches_of(rows: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """Cut planned rows ``[n, 4]`` into batches; the last partial one is padded with throw-away slots."""
     out = []
-    for start in range(0, n, batch_size):
+    for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]
         if len(chunk) < batch_size:
             pad = np.zeros((batch_size - len(chunk), 4), dtype=np.int64)
@@ -199,15 +199,15 @@ def batches_of(rows: np.ndarray, batch_size: int, drop_last: bool) -> list[np.nd
     return out
 
 
-def plan_stream(key, rows: np.ndarray, sampler, batch_size: int, drop_last: bool):
-    """Batches of this epoch, then a speculative next epoch (WeightedSampler: pure), else padding."""
+def plan_stream(key, rows: np.ndarray, plan_next, batch_size: int):
+    """Batches of this pass, then the next epoch's speculatively (pure samplers only), else padding."""
     while True:
-        for b, batch in enumerate(batches_of(rows, batch_size, drop_last)):
+        for b, batch in enumerate(batches_of(rows, batch_size)):
             yield key, b, batch
         if key is None:
             break
         sid, epoch, _ = key
-        key, rows = (sid, epoch + 1, 0), _DaliRunner.weighted_rows(sampler, epoch + 1)
+        key, rows = (sid, epoch + 1, 0), plan_next(epoch + 1)
     pad = np.zeros((batch_size, 4), dtype=np.int64)
     pad[:, 3] = KIND_PAD
     while True:
@@ -290,14 +290,14 @@ class _DaliRunner:
     interruption at an unknown point); the loader then builds a new runner for the next batch or pass.
     """
 
-    def __init__(self, dataset, sampler, batch_size: int, drop_last: bool, backend: str, device_id: int | None,
-                 num_workers: int, prefetch_queue_depth: int, hw_decoder_load: float, py_start_method: str | None,
-                 on_error: str, timeout: float = 0.0):
+    def __init__(self, dataset, batch_size: int, backend: str, device_id: int | None, num_workers: int,
+                 prefetch_queue_depth: int, hw_decoder_load: float, py_start_method: str | None, on_error: str,
+                 timeout: float = 0.0, worker_init_fn=None):
         from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
         from . import pipeline
 
-        self.dataset, self.sampler, self.batch_size, self.drop_last = dataset, sampler, batch_size, drop_last
+        self.dataset, self.batch_size = dataset, batch_size
         self.backend, self.on_error, self.timeout = backend, on_error, timeout
         self.gpu = gpu = backend == "dali-gpu"
         self.lookahead = prefetch_queue_depth + 4  # batches written ahead of consumption
@@ -313,6 +313,8 @@ class _DaliRunner:
         # Python workers only read files (checked bytes); DALI's threads decode. One reader kept up
         # with 2 decoding threads (bench: 79.9 img/s with 1 reader, 78.6 with 2, +115 MB each).
         readers = min(8, max(1, threads // 4))
+        if worker_init_fn is not None:
+            source = WorkerInit(source, worker_init_fn, readers)
         try:
             self.pipe = pipeline.build_pipeline(dataset.spec, source, batch_size, device="gpu" if gpu else "cpu",
                                                 device_id=device_id, num_threads=threads, py_num_workers=readers,
@@ -348,28 +350,6 @@ class _DaliRunner:
                     "for the OOM killer)")
                 self.broken = self.broken or error
                 raise error
-
-    # ------------------------------------------------------------------ planning
-    def epoch_plan(self, loader_epoch: int) -> tuple[object, np.ndarray]:
-        """``(key, rows [n, 4])`` of this epoch: (index, epoch, position, kind) per draw of this rank."""
-        s = self.sampler
-        if isinstance(s, WeightedSampler):
-            return (id(s), s.epoch, 0), self.weighted_rows(s, s.epoch)
-        rows = []
-        for pos, item in enumerate(s):
-            if isinstance(item, Draw):
-                rows.append((item.index, item.epoch, item.position, KIND_DRAW))
-            else:
-                rows.append((int(item), loader_epoch, pos, KIND_DRAW))
-        return None, np.asarray(rows, dtype=np.int64).reshape(-1, 4)
-
-    @staticmethod
-    def weighted_rows(s: WeightedSampler, epoch: int) -> np.ndarray:
-        idx, pos = s.rank_draw(epoch)
-        return np.stack([idx, np.full_like(idx, epoch), pos, np.full_like(idx, KIND_DRAW)], axis=1)
-
-    def batches_of(self, rows: np.ndarray) -> list[np.ndarray]:
-        return batches_of(rows, self.batch_size, self.drop_last)
 
     def _fill(self) -> None:
         while len(self._queue) < self.lookahead:
@@ -469,17 +449,16 @@ class _DaliRunner:
         out, served = self._run_one(expected)
         return expected, out, served
 
-    def iterate(self, loader_epoch: int, start_batch: int = 0):
-        """Yield ``(images, labels, planned, served, positions, epochs)`` for the epoch's batches from ``start_batch``."""
-        key, rows = self.epoch_plan(loader_epoch)
-        if start_batch:
-            rows = rows[start_batch * self.batch_size:]
-            key = None if key is None else (key[0], key[1], start_batch)
-        n_batches = len(self.batches_of(rows))
+    def run(self, key, rows: np.ndarray, plan_next):
+        """Yield ``(uint8 images, labels, planned, served, positions, epochs)`` for planned ``rows [n, 4]``.
+
+        ``key`` names the pass (``(plan id, epoch, first batch)``) when ``plan_next(epoch)`` can plan
+        the next epoch ahead (pure samplers); the batches DALI already prefetched for it are used then.
+        """
+        n_batches = -(-len(rows) // self.batch_size)
         if key is None or not self._queue or self._queue[0][0] != key or self._queue[0][1] != 0:
             # leftovers of a break, a resumption or a wrong guess: run and drop them
-            self._guarded(self._restart, plan_stream(key, rows, self.sampler, self.batch_size, self.drop_last))
-        spec = self.dataset.spec
+            self._guarded(self._restart, plan_stream(key, rows, plan_next, self.batch_size))
         labels_all = self.dataset.index.labels
         for _ in range(n_batches):
             if not self.gpu:  # CPU batches churn the host heap; GPU batches live in DALI's device pools
@@ -496,8 +475,8 @@ class _DaliRunner:
                 raise RuntimeError("labels from DALI do not match the index; this is a bug in dali_backend, please report it")
             if not keep.all():
                 images = images[torch.from_numpy(keep).to(images.device)]
-            yield (normalize(images, spec), torch.from_numpy(want.copy()).to(self.device), expected[keep, 1], served,
-                   expected[keep, 3], expected[keep, 2])
+            yield images, torch.from_numpy(want.copy()).to(self.device), expected[keep, 1], served, \
+                expected[keep, 3], expected[keep, 2]
 
     def bad_image(self, row: np.ndarray) -> BadImageError:
         """The error a reader worker met for the draw of slot ``row``, derived again here with its fields."""
@@ -532,20 +511,47 @@ class _DaliRunner:
 
 
 class DaliLoader(EpochLoaderMixin):
-    """Drop-in for ``DataLoader`` over a :class:`fallback.ImageDataset`, on DALI when it can.
+    """Drop-in for ``DataLoader`` over an :class:`ImageDataset`, on DALI when it can.
 
-    Args:
-        dataset: a ``fallback.ImageDataset`` (index, augmentation spec and seed).
+    One facade over two executors: DALI's graph (GPU or CPU operators) or OpenCV in DataLoader
+    workers. The facade owns the arguments, the passes and epochs, the plan of each pass (which draws,
+    in which batches: :func:`~dali_backend.sampler.plan_epoch`), accounting, resumption, bad-file
+    errors and normalisation; an executor only turns planned batches into uint8 pixels.
+
+    Passes and epochs (as ``DataLoader``): each ``iter()`` is a pass over one epoch. A pass after
+    ``set_epoch(e)`` (or ``load_state_dict``, or the sampler's own ``set_epoch``) runs epoch ``e``;
+    a pass without one runs the next epoch, so a loop that never calls ``set_epoch`` still gets a new
+    order and new augmentation every pass, like ``DataLoader(shuffle=True)``. Starting a pass while
+    another is open makes the older iterator raise :class:`StaleIteratorError` on its next batch:
+    no sample is ever yielded twice or counted twice.
+
+    Args (``DataLoader``'s, in its order; each is honoured where it has a meaning):
+        dataset: an :class:`ImageDataset` (index, augmentation spec and seed).
         batch_size: samples per batch.
         shuffle: shuffle each epoch when no ``sampler`` is given (every sample once).
-        sampler: a :class:`WeightedSampler` (recommended) or any sampler of indices.
-        num_workers: DALI threads (0: one per core; Python file readers: a quarter of that, 1 to 8),
-            or the fallback's DataLoader workers.
+        sampler: a :class:`WeightedSampler` (recommended) or any sampler of indices (see
+            :func:`~dali_backend.sampler.as_draw` for how an index becomes a draw).
+        batch_sampler: not supported (batches are planned from ``sampler`` and ``batch_size``).
+        num_workers: DALI threads (0: the cores of this process, shared between torchrun ranks;
+            Python file readers: a quarter of that, 1 to 8), or the torch backend's workers.
+        collate_fn: not supported (batches are assembled by the loader); use ``batch_transform``.
+        pin_memory: the torch backend pins its batches (DALI: no effect, warns).
         drop_last: drop the last partial batch of each epoch.
-        pin_memory: pin batches (fallback only; DALI GPU batches are already on the device).
+        timeout: seconds to wait for one batch (0: no limit), on every backend: then
+            :class:`LoaderTimeoutError` (a dead worker raises :class:`LoaderWorkerError` at once anyway).
+        worker_init_fn: called with the worker id in each worker (DALI: each Python reader worker).
+        multiprocessing_context: the torch backend's; on DALI a ``"fork"``/``"spawn"`` context sets
+            ``py_start_method``.
+        generator: seeds the default sampler (``generator.initial_seed()``) when no sampler is given.
+        prefetch_factor: the torch backend's; on DALI it sets ``prefetch_queue_depth``.
+        persistent_workers: the torch backend keeps its workers between passes (default: yes when
+            ``num_workers > 0``, unlike DataLoader: re-forking them every epoch is slow); DALI's
+            workers always persist.
+        pin_memory_device: the torch backend's, with ``pin_memory``.
+        in_order: batches always come in order (``False`` warns).
         device: ``"auto"`` (GPU when CUDA is available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         backend: ``"auto"``, ``"dali"`` (DALI even on the CPU; raises when DALI is missing) or ``"torch"``.
-        seed: seed of the default sampler.
+        seed: seed of the default sampler (``generator`` wins when both are given).
         prefetch_queue_depth: DALI batches prepared ahead.
         hw_decoder_load: share of JPEG decoding sent to the hardware decoder (A100/H100/H200).
         py_start_method: ``"fork"`` or ``"spawn"`` for DALI's reader workers (default None: fork, or
@@ -553,10 +559,11 @@ class DaliLoader(EpochLoaderMixin):
             start in ``__init__``: create loaders before ``model.cuda()`` or
             ``torch.cuda.is_available()`` to keep fork; spawn re-imports the main script, which then
             needs an ``if __name__ == "__main__":`` guard.
-        timeout: seconds to wait for one batch (0: no limit), on every backend: then
-            :class:`LoaderTimeoutError` (a dead worker raises :class:`LoaderWorkerError` at once anyway).
         on_error: ``"raise"`` or ``"skip"`` (default: the dataset's); see :mod:`dali_backend.reading`.
         return_meta: also yield each batch's identity (see below).
+        batch_transform: ``fn(images, labels) -> (images, labels)`` applied to every batch after
+            normalisation, on the loader's device (the GPU for ``dali-gpu``), the same on both
+            backends: MixUp, CutMix, tensor transforms of other libraries.
 
     Yields ``(images, labels)``: the spec's dtype ``[B, 3, H, W]`` (on the GPU for ``dali-gpu``) and int64
     ``[B]``; with ``return_meta=True``, ``(images, labels, meta)`` where ``meta`` is a dict of
@@ -564,30 +571,43 @@ class DaliLoader(EpochLoaderMixin):
     ``on_error="skip"`` replaced a bad file), ``"epoch"``, ``"position"`` (the draw's place in the
     epoch's global draw), ``"path"`` (list of absolute paths) and ``"params"`` (list of dicts: each
     draw's augmentation parameters). ``.backend`` is ``"dali-gpu"``, ``"dali-cpu"`` or ``"torch"``.
-    Arguments that have no effect on the chosen backend (``pin_memory`` on DALI, ``hw_decoder_load``
-    off the GPU, ``prefetch_queue_depth`` and ``py_start_method`` on the torch backend) warn once.
+    Arguments that have no effect on the chosen backend warn once.
     """
 
-    def __init__(self, dataset, batch_size: int = 1, shuffle: bool = False, sampler=None, num_workers: int = 0,
-                 drop_last: bool = False, pin_memory: bool = False, *, device: str = "auto", backend: Backend = "auto",
+    def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool | None = None, sampler=None,
+                 batch_sampler=None, num_workers: int = 0, collate_fn=None, pin_memory: bool = False,
+                 drop_last: bool = False, timeout: float = 0, worker_init_fn=None, multiprocessing_context=None,
+                 generator=None, *, prefetch_factor: int | None = None, persistent_workers: bool | None = None,
+                 pin_memory_device: str = "", in_order: bool = True, device: str = "auto", backend: Backend = "auto",
                  seed: int = 0, prefetch_queue_depth: int = 2, hw_decoder_load: float = 0.65,
-                 py_start_method: str | None = None, timeout: float = 0, on_error: str | None = None,
-                 return_meta: bool = False):
+                 py_start_method: str | None = None, on_error: str | None = None, return_meta: bool = False,
+                 batch_transform=None):
         from ._own import own
 
-        fallback = own("fallback")
-        FallbackLoader, ImageDataset = fallback.FallbackLoader, fallback.ImageDataset
-        default_sampler = own("fallback.loader").default_sampler
-
+        ImageDataset = own("fallback").ImageDataset
+        shuffle = bool(shuffle)
         if not isinstance(dataset, ImageDataset):
-            raise ConfigError(f"DaliLoader: dataset must be a fallback.ImageDataset, got {type(dataset).__name__}; "
+            raise ConfigError(f"DaliLoader: dataset must be an ImageDataset, got {type(dataset).__name__}; "
                               "wrap your index: ImageDataset(SampleIndex.from_folder(root), AugmentSpec())")
-        if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        if batch_sampler is not None:
+            raise ConfigError("DaliLoader: batch_sampler= is not supported: batches are planned from sampler= and "
+                              "batch_size= (pass your sampler of indices as sampler= and the batch size)")
+        if collate_fn is not None:
+            raise ConfigError("DaliLoader: collate_fn= cannot apply: the loader assembles batches itself (uint8, then "
+                              "normalised on the device); use batch_transform=fn(images, labels) -> (images, labels)")
+        if batch_transform is not None and not callable(batch_transform):
+            raise ConfigError(f"DaliLoader: batch_transform={batch_transform!r}; pass a function "
+                              "fn(images, labels) -> (images, labels)")
+        if worker_init_fn is not None and not callable(worker_init_fn):
+            raise ConfigError(f"DaliLoader: worker_init_fn={worker_init_fn!r}; pass a function fn(worker_id)")
+        if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
             raise ConfigError(f"DaliLoader: batch_size={batch_size!r}; must be a positive integer")
         if not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
             raise ConfigError(f"DaliLoader: num_workers={num_workers!r}; must be a non-negative integer")
         if sampler is not None and shuffle:
             raise ConfigError("DaliLoader: sampler and shuffle=True are mutually exclusive (as in DataLoader); drop one")
+        if prefetch_factor is not None and (not isinstance(prefetch_factor, int) or prefetch_factor < 1):
+            raise ConfigError(f"DaliLoader: prefetch_factor={prefetch_factor!r}; must be a positive integer or None")
         if not isinstance(prefetch_queue_depth, int) or prefetch_queue_depth < 1:
             raise ConfigError(f"DaliLoader: prefetch_queue_depth={prefetch_queue_depth!r}; must be >= 1")
         if not 0.0 <= hw_decoder_load <= 1.0:
@@ -599,76 +619,132 @@ class DaliLoader(EpochLoaderMixin):
             log.info("DaliLoader: backend %s (%s)", self.backend, reason)
         else:
             log.debug("DaliLoader: backend %s (%s)", self.backend, reason)
-        ignored = {"pin_memory": (pin_memory, False, self.backend != "torch",
-                                  "DALI batches come from DALI's own pinned or device memory"),
+        dali = self.backend != "torch"
+        context = multiprocessing_context
+        context_method = context if isinstance(context, str) or context is None else context.get_start_method()
+        ignored = {"pin_memory": (pin_memory, False, dali, "DALI batches come from DALI's own pinned or device memory"),
+                   "pin_memory_device": (pin_memory_device, "", dali, "DALI places batches itself"),
                    "hw_decoder_load": (hw_decoder_load, 0.65, self.backend != "dali-gpu",
                                        "only the GPU has a hardware JPEG decoder"),
-                   "prefetch_queue_depth": (prefetch_queue_depth, 2, self.backend == "torch",
-                                            "the torch backend prefetches with its DataLoader's defaults"),
-                   "py_start_method": (py_start_method, None, self.backend == "torch",
-                                       "it starts DALI's reader workers")}
+                   "prefetch_queue_depth": (prefetch_queue_depth, 2, not dali, "use prefetch_factor="),
+                   "py_start_method": (py_start_method, None, not dali, "it starts DALI's reader workers"),
+                   "in_order": (in_order, True, True, "batches always come in order"),
+                   "multiprocessing_context": (context_method, None, dali and context_method not in (None, "fork", "spawn"),
+                                               "DALI starts its reader workers with fork or spawn")}
         for name, (value, default, unused, why) in ignored.items():
             if unused and value != default:
                 warnings.warn(f"DaliLoader: {name}={value!r} has no effect on the {self.backend} backend ({why})",
                               UserWarning, stacklevel=2)
-        self.return_meta = bool(return_meta)
+        if generator is not None and sampler is None:
+            seed = int(generator.initial_seed()) % 2**63
         self.dataset, self.batch_size, self.num_workers = dataset, int(batch_size), int(num_workers)
-        self.drop_last, self.pin_memory, self.timeout, self.epoch = drop_last, pin_memory, timeout, 0
-        self.sampler = sampler if sampler is not None else default_sampler(dataset, shuffle, seed)
+        self.drop_last, self.pin_memory, self.timeout, self.epoch = bool(drop_last), pin_memory, timeout, 0
+        self.sampler = sampler if sampler is not None else default_sampler(dataset.index, shuffle, seed)
         self.on_error = check_on_error(on_error or dataset.on_error)
+        self.return_meta, self.batch_transform = bool(return_meta), batch_transform
+        if persistent_workers is None:
+            persistent_workers = num_workers > 0
         # DataLoader attributes that training frameworks read
-        self.batch_sampler = None
-        self.collate_fn = None
-        self.worker_init_fn = None
-        self.generator = None
-        self.prefetch_factor = None
-        self.persistent_workers = False
-        self.multiprocessing_context = None
-        self._runner = None
-        if self.backend == "torch":
-            self._impl = FallbackLoader(dataset, batch_size=self.batch_size, sampler=self.sampler,
-                                        num_workers=self.num_workers, drop_last=drop_last, pin_memory=pin_memory,
-                                        timeout=timeout, on_error=self.on_error, return_meta=self.return_meta)
-            self.device = torch.device("cpu")
-        else:
-            self._runner_args = (dataset, self.sampler, self.batch_size, drop_last, self.backend, device_id,
-                                 self.num_workers, prefetch_queue_depth, hw_decoder_load, py_start_method, self.on_error,
-                                 float(timeout))
-            self._runner = _DaliRunner(*self._runner_args)  # workers start now, before the user's CUDA work
-            self._impl = None
-            self.device = self._runner.device
+        self.batch_sampler, self.collate_fn, self.worker_init_fn, self.generator = None, None, worker_init_fn, generator
+        self.prefetch_factor, self.persistent_workers = prefetch_factor, bool(persistent_workers) or dali
+        self.multiprocessing_context, self.pin_memory_device, self.in_order = context, pin_memory_device, True
         self._closed = False
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (forwarded to the sampler's and the dataset's ``set_epoch``)."""
-        if self._impl is not None:
-            self._impl.set_epoch(epoch)
-            self.epoch = self._impl.epoch
-            return
-        super().set_epoch(epoch)
-
-    def stats(self) -> dict:
-        """This epoch's accounting: ``yielded + padded + dropped + skipped + resumed == draws``."""
-        return self._impl.stats() if self._impl is not None else super().stats()
-
-    def state_dict(self) -> dict:
-        """Epoch and batches yielded so far (torchdata ``StatefulDataLoader`` convention)."""
-        return self._impl.state_dict() if self._impl is not None else super().state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        """Resume: the next iteration of the saved epoch yields exactly the batches not yet yielded."""
-        if self._impl is not None:
-            self._impl.load_state_dict(state)
-            self.epoch = self._impl.epoch
+        self._pass = 0  # passes started; an iterator of an older pass is stale
+        self._epoch_chosen = False  # set_epoch/load_state_dict since the last pass began
+        self._last_pass_epoch: int | None = None
+        self._runner = self._torch = None
+        if not dali:
+            self._torch = own("fallback.executor").TorchExecutor(
+                dataset, self.batch_size, self.on_error, num_workers=self.num_workers, pin_memory=pin_memory,
+                timeout=timeout, worker_init_fn=worker_init_fn, prefetch_factor=prefetch_factor,
+                persistent_workers=persistent_workers, multiprocessing_context=context, pin_memory_device=pin_memory_device)
+            self.device = self._torch.device
         else:
-            super().load_state_dict(state)
+            if py_start_method is None and context_method in ("fork", "spawn"):
+                py_start_method = context_method
+            if prefetch_factor is not None and prefetch_queue_depth == 2:
+                prefetch_queue_depth = prefetch_factor
+            self._runner_args = (dataset, self.batch_size, self.backend, device_id, self.num_workers,
+                                 prefetch_queue_depth, hw_decoder_load, py_start_method, self.on_error, float(timeout),
+                                 worker_init_fn)
+            self._runner = _DaliRunner(*self._runner_args)  # workers start now, before the user's CUDA work
+            self.device = self._runner.device
+
+    # ------------------------------------------------------------------ epochs and passes
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch of the next pass (forwarded to the sampler's and the dataset's ``set_epoch``)."""
+        super().set_epoch(epoch)
+        self._epoch_chosen = True
+
+    def _begin_pass(self) -> int:
+        """Choose this pass's epoch: the one selected since the last pass, else the next one."""
+        current = self._sampler_epoch()
+        if self._last_pass_epoch is not None and not self._epoch_chosen and current == self._last_pass_epoch:
+            super().set_epoch(current + 1)
+            current = self._sampler_epoch()
+        self._epoch_chosen = False
+        self._last_pass_epoch = current
+        return current
+
+    def _rows(self, epoch: int) -> np.ndarray:
+        """This rank's planned draws of ``epoch`` as ``[n, 4]`` (index, epoch, position, kind), cut by ``drop_last``."""
+        rows = plan_epoch(self.sampler, epoch)
+        if self.drop_last:
+            rows = rows[:len(rows) // self.batch_size * self.batch_size]
+        return np.concatenate([rows, np.full((len(rows), 1), KIND_DRAW, np.int64)], axis=1)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self._closed:
             raise LoaderClosedError("this DaliLoader was closed; create a new one to iterate again")
-        if self._impl is not None:
-            return iter(self._impl)
-        return self._iterate_dali()
+        self._pass += 1
+        return self._iterate(self._pass)
+
+    def _check_current(self, token: int) -> None:
+        if self._closed:
+            raise LoaderClosedError("the DaliLoader was closed while this iterator was open; start a new pass "
+                                    "with a new DaliLoader")
+        if token != self._pass:
+            raise StaleIteratorError("a newer pass over this DaliLoader was started (iter() was called again) while "
+                                     "this iterator was open; this iterator is finished (one pass at a time, as "
+                                     "DataLoader with persistent workers)")
+
+    def _iterate(self, token: int):
+        epoch = self._begin_pass()
+        start = self._begin_epoch()
+        plan = self._rows(epoch)
+        spec = self.dataset.spec
+        while True:
+            rows = plan[self._batches_done * self.batch_size:]
+            try:
+                for images, labels, planned, served, positions, epochs in self._run(epoch, rows):
+                    self._check_current(token)
+                    self._account(planned, served, positions)
+                    images = normalize(images, spec)
+                    if self.batch_transform is not None:
+                        images, labels = self.batch_transform(images, labels)
+                    if self.return_meta:
+                        yield images, labels, self._batch_meta(planned, served, epochs, positions)
+                    else:
+                        yield images, labels
+                    self._check_current(token)
+                break
+            except _PipelineFailed as failure:
+                self._runner.close()
+                self._refuse_files_dali_failed_on(failure)  # then a new pipeline resumes at the same batch
+            except BaseException:
+                if self._torch is not None:
+                    self._torch.stop_workers()  # now, not when the collector gets to this frame's cycle
+                raise
+        del start
+        self._end_epoch()
+
+    def _run(self, epoch: int, rows: np.ndarray):
+        if self._torch is not None:
+            return self._torch.run(rows)
+        runner = self._live_runner()
+        pure = isinstance(self.sampler, WeightedSampler)
+        key = (id(self.sampler), epoch, self._batches_done) if pure else None
+        return runner.run(key, rows, self._rows)
 
     def _live_runner(self) -> _DaliRunner:
         """The runner, or a new one where the last failed (a dead worker, DALI's error, an interruption)."""
@@ -680,24 +756,6 @@ class DaliLoader(EpochLoaderMixin):
                 runner.close()
             self._runner = runner = _DaliRunner(*self._runner_args)
         return runner
-
-    def _iterate_dali(self):
-        self._begin_epoch()
-        while True:
-            runner = self._live_runner()
-            try:
-                for images, labels, planned, served, positions, epochs in runner.iterate(self.epoch,
-                                                                                          self._batches_done):
-                    self._account(planned, served, positions)
-                    if self.return_meta:
-                        yield images, labels, self._batch_meta(planned, served, epochs, positions)
-                    else:
-                        yield images, labels
-                break
-            except _PipelineFailed as failure:
-                runner.close()
-                self._refuse_files_dali_failed_on(failure)  # then a new pipeline resumes at the same batch
-        self._end_epoch()
 
     def _refuse_files_dali_failed_on(self, failure: _PipelineFailed) -> None:
         """Find the file(s) DALI's decoder refused among the draws in flight and mark them refused.
@@ -742,15 +800,15 @@ class DaliLoader(EpochLoaderMixin):
                                 "starts a new pipeline; backend='torch' decodes with OpenCV instead") from failure.error
 
     def close(self) -> None:
-        """Stop DALI's workers and free shared memory now (also done once nothing uses them).
+        """Stop the workers and free shared memory now (also done once nothing uses them).
 
         Iterators still open raise :class:`LoaderClosedError` on their next batch."""
         self._closed = True
         if self._runner is not None:
             self._runner.close()
             self._runner = None
-        if self._impl is not None:
-            self._impl.close()
+        if self._torch is not None:
+            self._torch.close()
 
     def __enter__(self) -> DaliLoader:
         return self

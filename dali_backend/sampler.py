@@ -16,6 +16,7 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
+import torch
 from torch.utils.data import Sampler
 
 from .errors import ConfigError
@@ -41,6 +42,41 @@ class Draw(NamedTuple):
 
     def __index__(self) -> int:  # lets a Draw index plain datasets and lists
         return self.index
+
+
+def as_draw(item, epoch: int) -> Draw:
+    """The one rule turning a sampler item into a draw, for every loader and a plain ``DataLoader``.
+
+    A :class:`Draw` (from :class:`WeightedSampler`) is taken as it is. A plain integer ``i`` becomes
+    ``Draw(i, epoch, position=i)``: its augmentation parameters come from the epoch and the sample
+    index, because a ``Dataset`` behind a plain ``DataLoader`` sees only ``i``, never its place in
+    the epoch. So ``DataLoader(ImageDataset, sampler=s)``, ``DaliLoader(..., sampler=s)`` on either
+    backend give the same pixels for the same sampler items and epoch; an integer sampler that
+    repeats a sample within an epoch repeats its parameters too (``WeightedSampler`` does not).
+    """
+    if isinstance(item, Draw):
+        return item
+    if hasattr(item, "index") and hasattr(item, "epoch") and hasattr(item, "position"):
+        return Draw(int(item.index), int(item.epoch), int(item.position))
+    if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+        return Draw(int(item), int(epoch), int(item))
+    if isinstance(item, torch.Tensor) and item.dim() == 0 and not item.is_floating_point():
+        return Draw(int(item), int(epoch), int(item))
+    raise ConfigError(f"sampler item {item!r}: a sampler must yield sample indices (int) or Draw records "
+                      "(WeightedSampler); batch samplers go in batch_sampler=, which this library does not take")
+
+
+def plan_epoch(sampler, epoch: int) -> NDArray[np.int64]:
+    """``[n, 3]`` rows ``(index, epoch, position)`` of this rank's draws in ``epoch``, by :func:`as_draw`.
+
+    ``WeightedSampler`` is computed directly (pure); any other sampler is iterated once (select its
+    epoch first, e.g. ``set_epoch``).
+    """
+    if isinstance(sampler, WeightedSampler):
+        idx, pos = sampler.rank_draw(epoch)
+        return np.stack([idx, np.full_like(idx, epoch), pos], axis=1)
+    rows = [tuple(as_draw(item, epoch)) for item in sampler]
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 3)
 
 
 def sample_weights(labels: NDArray[np.int64], num_classes: int) -> NDArray[np.float64]:
@@ -226,3 +262,8 @@ class WeightedSampler(Sampler[Draw]):
     def __repr__(self) -> str:
         return (f"WeightedSampler(n={len(self.index)}, num_samples={self.num_samples}, mode={self.mode!r}, "
                 f"replacement={self.replacement}, seed={self.seed}, rank={self.rank}/{self.world_size}, epoch={self.epoch})")
+
+
+def default_sampler(index: SampleIndex, shuffle: bool, seed: int) -> WeightedSampler:
+    """DataLoader's defaults in our terms: a shuffle or the index order, every sample once."""
+    return WeightedSampler(index, seed=seed, mode="uniform" if shuffle else "sequential", replacement=False)

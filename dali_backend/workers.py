@@ -75,3 +75,21 @@ def _forget_parents_children() -> None:
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 os.register_at_fork(after_in_child=_forget_parents_children)
+
+
+class WorkerInit:
+    """Wraps a DALI reader callback so ``worker_init_fn(worker_id)`` runs once in each reader worker
+    (DataLoader's argument). Ids are 0..n-1: consecutive ``multiprocessing`` identities modulo n."""
+
+    def __init__(self, source, worker_init_fn, num_workers: int):
+        self.source, self.worker_init_fn, self.num_workers = source, worker_init_fn, max(1, num_workers)
+        self._pid = os.getpid()
+
+    def __call__(self, sample_info):
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            import multiprocessing
+
+            identity = multiprocessing.current_process()._identity
+            self.worker_init_fn((identity[-1] - 1) % self.num_workers if identity else 0)
+        return self.source(sample_info)

@@ -21,6 +21,7 @@ from dali_backend.augment import AugmentSpec, AugParams, draw_params
 from dali_backend.errors import BadImageError, ConfigError
 from dali_backend.index import SampleIndex
 from dali_backend.reading import OnError, SampleReader, check_on_error
+from dali_backend.sampler import as_draw
 
 from . import ops
 
@@ -38,12 +39,14 @@ def _configure_worker() -> None:
 
 
 def resolve_item(item, default_epoch: int) -> tuple[int, int | None, int, int]:
-    """``(sample index, epoch or None, epoch used for parameters, position)`` of a Draw or an int."""
-    if hasattr(item, "position") and hasattr(item, "epoch"):
-        return int(item.index), int(item.epoch), int(item.epoch), int(item.position)
-    if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
-        return int(item), None, default_epoch, int(item)
-    raise ConfigError(f"ImageDataset index must be an int or a Draw from WeightedSampler, got {item!r}")
+    """``(sample index, epoch or None, epoch used for parameters, position)`` of a Draw or an int.
+
+    The draw is :func:`dali_backend.sampler.as_draw`'s, the rule every loader uses (an int ``i`` is
+    drawn at position ``i`` of the dataset's epoch); ``None`` marks a plain int for error messages.
+    """
+    draw = as_draw(item, default_epoch)
+    plain = not (hasattr(item, "position") and hasattr(item, "epoch"))
+    return draw.index, None if plain else draw.epoch, draw.epoch, draw.position
 
 
 class ImageDataset(Dataset):

@@ -57,7 +57,7 @@ def test_explicit_choices_and_errors(ds, monkeypatch):
         DaliLoader(ds, device="tpu")
     with pytest.raises(ConfigError, match="mutually exclusive"):
         DaliLoader(ds, shuffle=True, sampler=WeightedSampler(ds.index))
-    with pytest.raises(ConfigError, match="must be a fallback.ImageDataset"):
+    with pytest.raises(ConfigError, match="must be an ImageDataset"):
         DaliLoader([1, 2, 3])
 
 

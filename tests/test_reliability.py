@@ -189,8 +189,8 @@ KILL_SCRIPT = textwrap.dedent("""
     victims = [p for p in process_tree() if p != os.getpid()
                and "resource_tracker import main" not in open(f"/proc/{{p}}/cmdline").read()]
     t0 = time.monotonic()
-    os.kill(victims[0], signal.SIGKILL)
-    try:
+    try:  # torch raises a killed worker from its SIGCHLD handler, wherever the main thread is: kill inside
+        os.kill(victims[0], signal.SIGKILL)
         for _ in it:
             pass
     except Exception as e:

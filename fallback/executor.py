@@ -1,0 +1,146 @@
+"""The CPU executor: planned draws in, uint8 batches out, through a torch ``DataLoader``.
+
+The loader facade (:class:`dali_backend.loader.DaliLoader`) plans each pass (which draws, in which
+batches) and owns epochs, accounting, normalisation and errors; this executor only turns planned
+batches into pixels with OpenCV in DataLoader worker processes. Workers return augmented
+single-channel (gray) or RGB uint8 images: a gray float32 3x256x256 sample is 786 KB, its uint8
+single channel 64 KB, 12x less to pickle, copy through shared memory and collate.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from dali_backend.errors import BadImageError, LoaderTimeoutError, LoaderWorkerError
+from dali_backend.memory import release_free_memory
+from dali_backend.sampler import Draw
+from dali_backend.schedule import SERVED_BAD
+
+from .dataset import ImageDataset
+
+
+class _Uint8View(Dataset):
+    """Returns the dataset's uint8 samples (and which sample was served) instead of normalised tensors.
+
+    A bad file under ``on_error="raise"`` is not raised in the worker (torch would re-raise it as text,
+    losing its fields): the sample comes back blank with ``served = SERVED_BAD`` and the error's fields,
+    and the loader raises :class:`BadImageError` when it reaches that batch, as the DALI path does.
+    """
+
+    def __init__(self, dataset: ImageDataset, on_error: str):
+        self.dataset, self.on_error = dataset, on_error
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, draw: Draw):
+        self._served = getattr(self, "_served", 0) + 1
+        if self._served % 16 == 0:
+            release_free_memory()  # keep worker RSS flat (full-resolution temporaries)
+        try:
+            image, label, meta = self.dataset.load_draw(draw, self.on_error)
+            return image, label, np.append(meta, draw.epoch), None
+        except BadImageError as e:
+            spec = self.dataset.spec
+            blank = np.zeros((1 if spec.color == "gray" else 3, spec.height, spec.width), np.uint8)
+            return (blank, -1, np.array([draw.index, SERVED_BAD, draw.position, draw.epoch], np.int64),
+                    (e.path, e.index, e.label, e.epoch, e.reason))
+
+
+def _collate_uint8(samples: list[tuple]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, list]:
+    images = torch.from_numpy(np.stack([s[0] for s in samples]))
+    labels = torch.tensor([s[1] for s in samples], dtype=torch.int64)
+    return images, labels, np.stack([s[2] for s in samples]), [s[3] for s in samples if s[3] is not None]
+
+
+class _PlannedBatches(Sampler[list[Draw]]):
+    """The DataLoader's batch sampler: the batches the executor was told to run this pass."""
+
+    def __init__(self, executor: TorchExecutor):
+        # a weak reference: a cycle would leave the DataLoader's workers to the garbage collector,
+        # whose teardown order makes their shutdown wait 5 s per worker (measured: 10 s for 2)
+        self.executor = weakref.proxy(executor)
+
+    def __iter__(self) -> Iterator[list[Draw]]:
+        rows, size = self.executor.rows, self.executor.batch_size
+        for start in range(0, len(rows), size):
+            yield [Draw(int(i), int(e), int(p)) for i, e, p in rows[start:start + size, :3].tolist()]
+
+    def __len__(self) -> int:
+        return -(-len(self.executor.rows) // self.executor.batch_size)
+
+
+class TorchExecutor:
+    """Runs planned batches through a ``DataLoader`` of OpenCV workers (the ``torch`` backend).
+
+    Args are ``DataLoader``'s (``worker_init_fn``, ``prefetch_factor``, ``persistent_workers``,
+    ``multiprocessing_context``, ``pin_memory``/``pin_memory_device`` and ``timeout`` as there).
+    """
+
+    device = torch.device("cpu")
+
+    def __init__(self, dataset: ImageDataset, batch_size: int, on_error: str, num_workers: int = 0,
+                 pin_memory: bool = False, timeout: float = 0, worker_init_fn=None, prefetch_factor: int | None = None,
+                 persistent_workers: bool = False, multiprocessing_context=None, pin_memory_device: str = ""):
+        self.batch_size, self.timeout = batch_size, timeout
+        self.rows = np.zeros((0, 3), np.int64)
+        workers = num_workers > 0
+        extra = {"pin_memory_device": pin_memory_device} if pin_memory and pin_memory_device else {}
+        self._loader = DataLoader(
+            _Uint8View(dataset, on_error), batch_sampler=_PlannedBatches(self), num_workers=num_workers,
+            collate_fn=_collate_uint8, pin_memory=pin_memory, timeout=timeout, worker_init_fn=worker_init_fn,
+            prefetch_factor=prefetch_factor if workers else None, persistent_workers=persistent_workers and workers,
+            multiprocessing_context=multiprocessing_context if workers else None, **extra)
+
+    def run(self, rows: np.ndarray):
+        """Yield ``(uint8 images [B, C, H, W], labels, planned, served, positions, epochs, errors)`` per batch."""
+        self.rows = rows
+        batches = iter(self._loader)
+        while True:
+            try:
+                images, labels, meta, errors = next(batches)
+            except StopIteration:
+                return
+            except (ConnectionError, EOFError) as e:  # a worker died while its pipe was being read
+                raise self._worker_died(e) from e
+            except RuntimeError as e:
+                if "exited unexpectedly" in str(e) or "killed by signal" in str(e):
+                    raise self._worker_died(e) from e
+                if "timed out after" in str(e):
+                    raise LoaderTimeoutError(f"no batch within timeout={self.timeout:g} s ({e}); raise timeout=, "
+                                             "or 0 for none") from e
+                raise
+            if errors:
+                raise BadImageError(*errors[0])
+            yield images, labels, meta[:, 0], meta[:, 1], meta[:, 2], meta[:, 3]
+
+    def _worker_died(self, error: BaseException) -> LoaderWorkerError:
+        """The clear error for a DataLoader worker that died, whichever way torch noticed it."""
+        it = getattr(self._loader, "_iterator", None)
+        workers = list(getattr(it, "_workers", []) or [])
+        deadline = time.monotonic() + 2.0
+        dead = []
+        while not dead and time.monotonic() < deadline:  # the pipe can break before the process is reaped
+            dead = [w.pid for w in workers if not w.is_alive()]
+            if not dead:
+                time.sleep(0.05)
+        who = f"pid {', '.join(map(str, dead))}" if dead else "a worker"
+        return LoaderWorkerError(f"DataLoader worker ({who}) died (killed by a signal, crashed or out of memory: "
+                                 f"{type(error).__name__}: {str(error)[:200]}); this pass stops here and the next one "
+                                 "starts new workers (check the system log for the OOM killer)")
+
+    def stop_workers(self) -> None:
+        """Stop the worker processes now (a traceback's reference cycle would leave them to the collector,
+        whose teardown stalls 5 s per worker); the next pass starts fresh ones."""
+        it = getattr(self._loader, "_iterator", None)
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+        self._loader._iterator = None
+
+    close = stop_workers

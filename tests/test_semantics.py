@@ -1,0 +1,139 @@
+"""DataLoader's semantics: one rule from sampler item to draw, passes and epochs, DataLoader's arguments.
+
+The same sampler items give the same pixels through a plain ``DataLoader(ImageDataset)``,
+``DaliLoader(backend="torch")`` and ``DaliLoader(backend="dali")``; a pass without ``set_epoch``
+runs the next epoch; a second ``iter()`` makes the older iterator stale; every ``DataLoader``
+argument is accepted and honoured where it means something.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+
+from dali_backend import AugmentSpec, ConfigError, DaliLoader, WeightedSampler
+from dali_backend.errors import StaleIteratorError
+from dali_backend.sampler import Draw, as_draw
+from fallback import ImageDataset
+
+KINDS = {"dali-cpu": dict(device="cpu", backend="dali"), "torch": dict(device="cpu", backend="torch")}
+
+
+@pytest.fixture(scope="module")
+def ds(defect_index):
+    return ImageDataset(defect_index, AugmentSpec(size=24), seed=7)
+
+
+def test_the_rule():
+    assert as_draw(Draw(3, 1, 9), 5) == Draw(3, 1, 9)
+    assert as_draw(4, 2) == Draw(4, 2, 4)
+    assert as_draw(torch.tensor(6), 1) == Draw(6, 1, 6)
+    with pytest.raises(ConfigError, match="sample indices"):
+        as_draw([1, 2], 0)
+
+
+def _plain(ds, sampler, epoch):
+    ds.set_epoch(epoch)
+    if hasattr(sampler, "set_epoch"):
+        sampler.set_epoch(epoch)
+    return [(x, y) for x, y in DataLoader(ds, batch_size=8, sampler=sampler)]
+
+
+@pytest.mark.parametrize("which", ["weighted", "random"])
+def test_plain_dataloader_and_both_backends_give_the_same_pixels(ds, which):
+    def sampler():
+        if which == "weighted":
+            return WeightedSampler(ds.index, seed=11, num_samples=30)
+        return RandomSampler(ds, generator=torch.Generator().manual_seed(11))
+
+    epoch = 3
+    want = _plain(ds, sampler(), epoch)
+    for kind, args in KINDS.items():
+        loader = DaliLoader(ds, batch_size=8, sampler=sampler(), **args)
+        loader.set_epoch(epoch)
+        got = list(loader)
+        loader.close()
+        assert len(got) == len(want)
+        for (x, y), (u, v) in zip(got, want):
+            assert torch.equal(y, v), kind
+            if kind == "torch":
+                assert torch.equal(x, u)
+            else:
+                assert (x - u).abs().max() <= 0.05  # 1-2 uint8 levels (published DALI/OpenCV tolerance)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_pass_without_set_epoch_runs_the_next_epoch(ds, kind):
+    loader = DaliLoader(ds, batch_size=10, shuffle=True, **KINDS[kind])
+    first = [y for _, y in loader]
+    second = [y for _, y in loader]
+    assert loader.epoch == 1 and loader.stats()["epoch"] == 1
+    assert not all(torch.equal(a, b) for a, b in zip(first, second)), "a new pass reshuffles"
+    again = DaliLoader(ds, batch_size=10, shuffle=True, **KINDS[kind])
+    again.set_epoch(1)
+    assert all(torch.equal(a, b) for a, b in zip(second, [y for _, y in again]))
+    again.set_epoch(1)  # an explicit epoch is kept, pass after pass
+    assert all(torch.equal(a, b) for a, b in zip(second, [y for _, y in again]))
+    loader.close(), again.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_second_iterator_makes_the_first_stale(ds, kind):
+    loader = DaliLoader(ds, batch_size=10, **KINDS[kind])
+    loader.set_epoch(0)
+    old = iter(loader)
+    next(old)
+    loader.set_epoch(0)
+    new = list(loader)
+    with pytest.raises(StaleIteratorError, match="newer pass"):
+        next(old)
+    st = loader.stats()
+    assert len(new) == 6 and st["yielded"] == 60 and st["accounted"] == st["draws"] == 60
+    loader.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_dataloader_arguments_are_accepted_and_honoured(ds, kind, tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def init(worker_id):
+        (marks / f"{os.getpid()}-{worker_id}").touch()
+
+    gen = lambda s: torch.Generator().manual_seed(s)  # noqa: E731
+    common = dict(batch_size=6, num_workers=2, pin_memory=False, timeout=30, worker_init_fn=init,
+                  multiprocessing_context="fork", prefetch_factor=2, persistent_workers=True, **KINDS[kind])
+    # DataLoader's positional order: dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
+    # pin_memory, drop_last, timeout, worker_init_fn, multiprocessing_context, generator
+    a = DaliLoader(ds, 6, True, None, None, 2, None, False, False, 30, init, "fork", gen(5), prefetch_factor=2,
+                   persistent_workers=True, **KINDS[kind])
+    b = DaliLoader(ds, shuffle=True, generator=gen(5), **common)
+    c = DaliLoader(ds, shuffle=True, generator=gen(6), **common)
+    ya, yb, yc = ([y for _, y in loader] for loader in (a, b, c))
+    assert all(torch.equal(p, q) for p, q in zip(ya, yb))
+    assert not all(torch.equal(p, q) for p, q in zip(ya, yc))
+    assert list(marks.iterdir()), "worker_init_fn ran in the workers"
+    ids = {int(p.name.split("-")[1]) for p in marks.iterdir()}
+    assert ids <= {0, 1}
+    for loader in (a, b, c):
+        loader.close()
+    with pytest.raises(ConfigError, match="batch_transform"):
+        DaliLoader(ds, collate_fn=lambda batch: batch, **KINDS[kind])
+    with pytest.raises(ConfigError, match="batch_sampler= is not supported"):
+        DaliLoader(ds, batch_sampler=[[0, 1]], **KINDS[kind])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_batch_transform_runs_on_every_batch(ds, kind):
+    def mix(images, labels):
+        return images.flip(0) * 0.5, labels.flip(0)
+
+    plain = DaliLoader(ds, batch_size=8, **KINDS[kind])
+    mixed = DaliLoader(ds, batch_size=8, batch_transform=mix, **KINDS[kind])
+    plain.set_epoch(0), mixed.set_epoch(0)
+    for (x, y), (u, v) in zip(plain, mixed):
+        assert torch.equal(v, y.flip(0)) and torch.equal(u, x.flip(0) * 0.5)
+    plain.close(), mixed.close()
