@@ -277,7 +277,7 @@ class AugmentSpec:
     @property
     def wire(self) -> tuple[tuple[int, Param], ...]:
         """``(operation number, parameter)`` of every per-draw value the DALI graph receives, in order."""
-        return tuple((k, p) for k, op in enumerate(self.transforms) for p in op.wire)
+        return tuple((k, p) for k, op in enumerate(self.transforms) for p in op.wire_for(self.channels))
 
     @property
     def region_crop(self) -> int | None:

@@ -160,6 +160,10 @@ class Transform:
         """The parameters sent to the DALI graph (none for an identity)."""
         return () if self.is_identity else self.PARAMS
 
+    def wire_for(self, channels: int) -> tuple[Param, ...]:
+        """The parameters the graph uses on images of ``channels`` channels (default: all of :attr:`wire`)."""
+        return self.wire
+
     def sample(self, u: NDArray[np.float64], size: Size | None) -> dict[str, np.ndarray]:
         """The parameters of one draw from ``UNIFORMS`` uniforms ``u`` and the input ``size``."""
         return {}

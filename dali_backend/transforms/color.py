@@ -93,6 +93,9 @@ class ColorJitter(Transform):
     def wire(self):
         return (self.PARAMS[:2] if self.jitters else ()) + (self.PARAMS[2:] if self.mixes else ())
 
+    def wire_for(self, channels):
+        return self.wire if channels == 3 else tuple(p for p in self.wire if p.name != "matrix")
+
     def sample(self, u, size):
         r = self._ranges
         b, c = centred(u[0], *r["brightness"]), centred(u[1], *r["contrast"])
@@ -122,13 +125,13 @@ class ColorJitter(Transform):
         return img
 
     def dali(self, images, params, ctx: GraphContext):
-        from nvidia.dali import fn
+        from nvidia.dali import fn, types
 
         if self.jitters:
             images = fn.brightness_contrast(images, brightness=params["brightness"], contrast=params["contrast"],
                                             contrast_center=float(self.contrast_center))
         if self.mixes and ctx.channels == 3:
-            images = fn.coord_transform(images, M=params["matrix"])
+            images = fn.coord_transform(images, M=params["matrix"], dtype=types.UINT8)  # rounds, saturates
         return images
 
 

@@ -17,8 +17,6 @@ import numpy as np
 from ..errors import ConfigError
 from .base import GraphContext, Param, Size, Transform, as_range, as_size, centred, check_probability
 
-Interpolation = Literal["bilinear", "nearest"]
-
 
 def letterbox_size(height: int, width: int, out_h: int, out_w: int) -> Size:
     """``(h, w)`` a ``height`` x ``width`` image is resized to when fitted inside ``out_h`` x ``out_w``
@@ -414,7 +412,7 @@ class RandomRot90(Transform):
 
         t = params["transpose"]
         if t:  # a DALI conditional: per sample (the pipeline enables conditionals)
-            turned = fn.transpose(images, perm=[1, 0, 2])
+            turned = fn.transpose(images, perm=[1, 0, 2], transpose_layout=False)
         else:
             turned = images
         h, w = ctx.hw
@@ -425,12 +423,12 @@ class RandomRot90(Transform):
 @dataclass(frozen=True, repr=False)
 class RandomRotation(Transform):
     """Rotate by ``angle ~ U(-degrees, degrees)`` (or ``U(min, max)`` for a pair) counter-clockwise about
-    the image centre, same size, corners filled with ``fill``. ``interpolation``: ``"bilinear"``
-    (default here; torchvision's default is nearest) or ``"nearest"``. ``expand``/``center`` are not
-    supported (ConfigError)."""
+    the image centre, same size, corners filled with ``fill``, bilinear. ``interpolation`` must be
+    ``"bilinear"`` (torchvision's default is nearest, whose half-pixel ties DALI and OpenCV resolve
+    differently: up to 255 levels on single pixels); ``expand``/``center`` are not supported."""
 
     degrees: float | tuple[float, float]
-    interpolation: Interpolation = "bilinear"
+    interpolation: Literal["bilinear"] = "bilinear"
     expand: bool = False
     center: tuple[float, float] | None = None
     fill: float = 0
@@ -442,8 +440,9 @@ class RandomRotation(Transform):
     def __post_init__(self):
         object.__setattr__(self, "_range", as_range("degrees", self.degrees, centre=0.0, low=-360, high=360,
                                                     op="RandomRotation"))
-        if self.interpolation not in ("bilinear", "nearest"):
-            raise ConfigError(f"RandomRotation.interpolation={self.interpolation!r}; use 'bilinear' or 'nearest'")
+        if self.interpolation != "bilinear":
+            raise ConfigError(f"RandomRotation.interpolation={self.interpolation!r}; only 'bilinear' is supported "
+                              "(nearest-neighbour ties differ between DALI and OpenCV)")
         if self.expand or self.center is not None:
             raise ConfigError("RandomRotation: expand=True and center= are not supported; rotate about the centre "
                               "keeping the size (expand=False, center=None)")
@@ -465,11 +464,11 @@ class RandomRotation(Transform):
             return img
         h, w = img.shape[:2]
         m = cv2.getRotationMatrix2D((w / 2 - 0.5, h / 2 - 0.5), angle, 1.0)
-        flags = cv2.INTER_LINEAR if self.interpolation == "bilinear" else cv2.INTER_NEAREST
-        return cv2.warpAffine(img, m, (w, h), flags=flags, borderMode=cv2.BORDER_CONSTANT, borderValue=float(self.fill))
+        return cv2.warpAffine(img, m, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT,
+                              borderValue=(float(self.fill),) * 4)
 
     def dali(self, images, params, ctx):
         from nvidia.dali import fn, types
 
-        interp = types.INTERP_LINEAR if self.interpolation == "bilinear" else types.INTERP_NN
-        return fn.rotate(images, angle=params["angle"], keep_size=True, fill_value=float(self.fill), interp_type=interp)
+        return fn.rotate(images, angle=params["angle"], keep_size=True, fill_value=float(self.fill),
+                         interp_type=types.INTERP_LINEAR)
