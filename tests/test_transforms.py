@@ -193,6 +193,8 @@ def random_ops(rng: np.random.Generator) -> list:
             T.RandomCrop(24, padding=2), T.ColorJitter(0.3, 0.3, 0.3, 0.05), T.GaussianBlur(3, (0.5, 1.5))]
     for i in rng.permutation(len(pool))[: int(rng.integers(1, 4))]:
         ops_.append(pool[i])
+    if any(isinstance(o, T.RandomRot90) for o in ops_):
+        ops_.append(T.CenterCrop(20))  # odd turns of a non-square image vary the size
     return ops_
 
 
