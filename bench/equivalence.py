@@ -270,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--images", type=int, default=48)
     p.add_argument("--size", default="1024x768")
     p.add_argument("--json")
+    p.add_argument("--transforms", action="store_true",
+                   help="also every operation of dali_backend.transforms with each example (gray and RGB)")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore", module="nvidia")
     rows: dict[str, dict] = {}
@@ -290,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
 
     for name, check in operation_checks(args.device).items():
         record(f"op:{name}", check)
+    if args.transforms:
+        for name, check in transform_checks(args.device).items():
+            record(f"transform:{name}", check)
     w, h = (int(v) for v in args.size.split("x"))
     with tempfile.TemporaryDirectory() as tmp:
         root = generate_defect_dataset(tmp, n=args.images, size=(w, h), seed=5, progress=False)
