@@ -172,7 +172,7 @@ def run(args) -> int:
     from dali_backend.synthetic import generate_defect_dataset
 
     out_json = args.json or Path("bench-results/bench.json")
-    names = args.only or [c for c in CONTENDERS if c != "dali-gpu" or torch.cuda.is_available()]
+    names = args.only or [c for c in CONTENDERS if not c.endswith("dali-gpu") or torch.cuda.is_available()]
     if "ceiling" not in names:
         names = ["ceiling", *names]
     machine = machine_info()

@@ -5,6 +5,9 @@
   rotation and jitter in float at full resolution, then resize) in a DataLoader with all cores.
 * ``fallback``: ``DaliLoader(backend="torch")``, our tuned OpenCV DataLoader.
 * ``dali-cpu`` / ``dali-gpu``: ``DaliLoader`` on DALI's CPU or GPU operators.
+* ``recipe-*``: the torchvision ImageNet training recipe (RandomResizedCrop + horizontal flip +
+  ColorJitter(0.4, 0.4, 0.4) + Normalize, RGB) on the fallback and on DALI (CPU or GPU); on DALI the
+  crop's window is decoded alone (region decode).
 """
 
 from __future__ import annotations
@@ -62,6 +65,16 @@ class TutorialDataset(torch.utils.data.Dataset):
         return torch.from_numpy(img.astype(np.float32)), int(self.labels[i])
 
 
+def recipe_spec(size: tuple[int, int]):
+    """torchvision's ImageNet training recipe as a spec (what ``from_torchvision`` gives for it)."""
+    from dali_backend import AugmentSpec
+    from dali_backend.augment import IMAGENET_MEAN, IMAGENET_STD
+    from dali_backend.transforms import ColorJitter, Normalize, RandomHorizontalFlip, RandomResizedCrop
+
+    return AugmentSpec(ops=[RandomResizedCrop(size), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4),
+                            Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+
+
 def _loader_for(name: str, index, size: tuple[int, int], batch_size: int, workers: int):
     from dali_backend import AugmentSpec, DaliLoader, WeightedSampler
     from dali_backend._own import own
@@ -73,7 +86,11 @@ def _loader_for(name: str, index, size: tuple[int, int], batch_size: int, worker
         ds = TutorialDataset(paths, index.labels, size)
         return torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
                                            persistent_workers=True)
-    ds = ImageDataset(index, AugmentSpec(size=size), seed=0)
+    if name.startswith("recipe-"):
+        name = name[len("recipe-"):]
+        ds = ImageDataset(index, recipe_spec(size), seed=0)
+    else:
+        ds = ImageDataset(index, AugmentSpec(size=size), seed=0)
     sampler = WeightedSampler(index, mode="uniform", seed=0)
     device, backend = {"fallback": ("cpu", "torch"), "dali-cpu": ("cpu", "dali"), "dali-gpu": ("cuda", "dali")}[name]
     return DaliLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=workers, device=device, backend=backend)

@@ -8,43 +8,44 @@ parameters independent of worker ids, ``num_workers``, batch size and backend.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, replace
-from typing import Literal, NamedTuple
+from dataclasses import dataclass, replace
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
 from .errors import ConfigError
+from .transforms import Clahe, ColorJitter, Grayscale, Normalize, RandomRotation, Resize, ToDtype, Transform
+from .transforms.base import AUG_STREAM as _AUG_STREAM
+from .transforms.base import Param, uniforms
+from .transforms.geometry import letterbox_size
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 ColorMode = Literal["gray", "rgb"]
 Fit = Literal["stretch", "letterbox"]
-OutputDtype = Literal["float32", "float16", "uint8"]
-_AUG_STREAM = 0xA06  # separates augmentation draws from the sampler's streams of the same seed
+OutputDtype = Literal["float32", "float16", "bfloat16", "uint8"]
+__all__ = ["AugmentSpec", "AugParams", "Clahe", "draw_params", "IDENTITY", "IMAGENET_MEAN", "IMAGENET_STD"]
 
 
-@dataclass(frozen=True)
-class Clahe:
-    """Contrast-limited adaptive histogram equalisation (OpenCV's and DALI's CLAHE)."""
+class _Default:
+    """Marks an argument left out (so that ``clahe=None`` can mean "no CLAHE")."""
 
-    clip_limit: float = 2.0
-    tiles: tuple[int, int] = (8, 8)  # (tiles_x, tiles_y)
+    def __repr__(self) -> str:
+        return "<default>"
 
-    def __post_init__(self):
-        if not (isinstance(self.clip_limit, (int, float)) and self.clip_limit > 0 and math.isfinite(self.clip_limit)):
-            raise ConfigError(f"Clahe.clip_limit={self.clip_limit!r}; must be a positive number (OpenCV's default is 40, ours 2.0)")
-        tiles = tuple(self.tiles) if not isinstance(self.tiles, int) else (self.tiles, self.tiles)
-        if len(tiles) != 2 or not all(isinstance(t, int) and 1 <= t <= 64 for t in tiles):
-            raise ConfigError(f"Clahe.tiles={self.tiles!r}; must be (tiles_x, tiles_y) integers in [1, 64]")
-        object.__setattr__(self, "tiles", tiles)
+
+_D: Any = _Default()
+_PRESET = {"size": (256, 256), "color": "gray", "clahe": Clahe(), "rotate_deg": 5.0, "brightness": 0.1, "contrast": 0.1,
+           "mean": IMAGENET_MEAN, "std": IMAGENET_STD, "dtype": "float32", "fit": "stretch"}
+_RECIPE = ("size", "clahe", "rotate_deg", "brightness", "contrast", "fit")  # preset-only arguments
 
 
 @dataclass(frozen=True)
 class AugmentSpec:
-    """What to do to every image; validated at construction, immutable.
+    """What to do to every image; validated at construction, immutable. Two ways to build one.
 
-    Reference semantics (both backends implement exactly this, in this order):
+    **Preset** (the arguments below, ``ops`` left out). Reference semantics (both backends
+    implement exactly this, in this order):
 
     1. decode the JPEG (EXIF orientation applied); ``gray``: decode to one luma channel;
        ``rgb``: decode to RGB;
@@ -63,7 +64,16 @@ class AugmentSpec:
     8. channel-first layout ``[3, H, W]``.
 
     Per draw, ``angle ~ U(-rotate_deg, rotate_deg)``, ``b ~ 1 + U(-brightness, brightness)`` and
-    ``c ~ 1 + U(-contrast, contrast)`` (see :func:`draw_params`).
+    ``c ~ 1 + U(-contrast, contrast)`` (see :func:`draw_params`). The preset is the operation list
+    ``[Clahe, Resize, RandomRotation, ColorJitter]`` (:attr:`transforms`).
+
+    **Operation list**: ``AugmentSpec(ops=[RandomResizedCrop(224), RandomHorizontalFlip(),
+    ColorJitter(0.4, 0.4, 0.4), Normalize(mean, std)])`` with the classes of
+    :mod:`dali_backend.transforms` (torchvision's names and arguments), applied in order. ``color``
+    is ``"rgb"`` unless a ``Grayscale`` is in the list; the output is ``float32`` scaled to [0, 1]
+    unless ``ToDtype``/``Normalize``/``dtype`` say otherwise; the list must end at a fixed size (a
+    crop or ``Resize((h, w))``). The preset-only arguments (size, clahe, rotate_deg, brightness,
+    contrast, fit) cannot be combined with ``ops``. See also :meth:`from_torchvision`.
 
     Args:
         size: output ``(height, width)`` in pixels, or one int for a square.
@@ -73,26 +83,53 @@ class AugmentSpec:
         brightness: largest relative brightness change (0 disables).
         contrast: largest relative contrast change (0 disables).
         mean, std: per-channel normalisation on the [0, 1] scale.
-        dtype: output dtype, ``"float32"`` (default), ``"float16"`` or ``"uint8"`` (no normalisation).
+        dtype: output dtype, ``"float32"`` (default), ``"float16"``, ``"bfloat16"`` or ``"uint8"``
+            (no normalisation).
         fit: ``"stretch"`` (default) or ``"letterbox"`` (keep the aspect ratio, pad with 0).
+        ops: the operation list (see above), or None for the preset.
+        channels_last: return batches in ``torch.channels_last`` memory format (same shape).
     """
 
-    size: tuple[int, int] | int = (256, 256)
-    color: ColorMode = "gray"
-    clahe: Clahe | None = field(default_factory=Clahe)
-    rotate_deg: float = 5.0
-    brightness: float = 0.1
-    contrast: float = 0.1
-    mean: tuple[float, float, float] = IMAGENET_MEAN
-    std: tuple[float, float, float] = IMAGENET_STD
-    dtype: OutputDtype = "float32"
-    fit: Fit = "stretch"
+    size: tuple[int, int] | int = _D
+    color: ColorMode = _D
+    clahe: Clahe | None = _D
+    rotate_deg: float = _D
+    brightness: float = _D
+    contrast: float = _D
+    mean: tuple[float, ...] = _D
+    std: tuple[float, ...] = _D
+    dtype: OutputDtype = _D
+    fit: Fit = _D
+    ops: tuple[Transform, ...] | None = None
+    channels_last: bool = False
 
     def __post_init__(self):
+        if self.ops is None:
+            self._init_preset()
+        else:
+            self._init_ops()
+        if self.dtype not in ("float32", "float16", "bfloat16", "uint8"):
+            raise ConfigError(f"AugmentSpec.dtype={self.dtype!r}; use 'float32', 'float16', 'bfloat16' or 'uint8'")
+        if not isinstance(self.channels_last, bool):
+            raise ConfigError(f"AugmentSpec.channels_last={self.channels_last!r}; use True or False")
+        offsets, total = [], 0
+        for op in self.transforms:
+            offsets.append(total)
+            total += op.UNIFORMS
+        object.__setattr__(self, "_offsets", tuple(offsets))
+        object.__setattr__(self, "_uniforms", total)
+
+    def _set(self, name: str, value) -> None:
+        object.__setattr__(self, name, value)
+
+    def _init_preset(self) -> None:
+        for name, value in _PRESET.items():
+            if getattr(self, name) is _D:
+                self._set(name, value)
         size = (self.size, self.size) if isinstance(self.size, int) else tuple(self.size)
         if len(size) != 2 or not all(isinstance(s, (int, np.integer)) and 1 <= s <= 16384 for s in size):
             raise ConfigError(f"AugmentSpec.size={self.size!r}; must be (height, width) integers in [1, 16384]")
-        object.__setattr__(self, "size", (int(size[0]), int(size[1])))
+        self._set("size", (int(size[0]), int(size[1])))
         if self.color not in ("gray", "rgb"):
             raise ConfigError(f"AugmentSpec.color={self.color!r}; use 'gray' or 'rgb'")
         if self.clahe is not None and not isinstance(self.clahe, Clahe):
@@ -105,48 +142,195 @@ class AugmentSpec:
             v = tuple(float(x) for x in getattr(self, name))
             if len(v) != 3:
                 raise ConfigError(f"AugmentSpec.{name}={getattr(self, name)!r}; give 3 values (one per output channel)")
-            object.__setattr__(self, name, v)
+            self._set(name, v)
         if any(s <= 0 for s in self.std):
             raise ConfigError(f"AugmentSpec.std={self.std!r}; every value must be positive")
-        if self.dtype not in ("float32", "float16", "uint8"):
-            raise ConfigError(f"AugmentSpec.dtype={self.dtype!r}; use 'float32', 'float16' or 'uint8'")
         if self.fit not in ("stretch", "letterbox"):
             raise ConfigError(f"AugmentSpec.fit={self.fit!r}; use 'stretch' or 'letterbox'")
+        ops = ([self.clahe] if self.clahe is not None else []) + [
+            Resize(self.size, letterbox=self.fit == "letterbox"),
+            RandomRotation(self.rotate_deg),  # always present: the draw's uniform layout stays fixed
+            ColorJitter(brightness=self.brightness, contrast=self.contrast)]
+        self._set("_transforms", tuple(ops))
+        self._set("_out_size", self.size)
+        self._set("out_channels", 3)
+
+    def _init_ops(self) -> None:
+        given = [name for name in _RECIPE if getattr(self, name) not in (_D, None)]
+        if given:
+            raise ConfigError(f"AugmentSpec: {', '.join(given)} belong to the preset and cannot be combined with ops=; "
+                              "express them as operations (Resize, Clahe, RandomRotation, ColorJitter)")
+        for name in _RECIPE:
+            self._set(name, None)
+        ops = self.ops
+        if isinstance(ops, Transform) or not hasattr(ops, "__iter__"):
+            raise ConfigError(f"AugmentSpec.ops={ops!r}; give a list of operations from dali_backend.transforms")
+        ops = tuple(ops)
+        for k, op in enumerate(ops):
+            if not isinstance(op, Transform):
+                hint = (" (a torchvision transform: translate a Compose with AugmentSpec.from_torchvision)"
+                        if type(op).__module__.startswith("torchvision") else "")
+                raise ConfigError(f"AugmentSpec.ops[{k}]={op!r} is not an operation of dali_backend.transforms{hint}")
+        pixel = [k for k, op in enumerate(ops) if op.KIND != "output"]
+        late = [type(op).__name__ for k, op in enumerate(ops) if op.KIND == "output" and pixel and k < pixel[-1]]
+        if late:
+            raise ConfigError(f"AugmentSpec.ops: {', '.join(late)} must come after every pixel operation "
+                              "(they run once per batch on the output)")
+        grays = [k for k, op in enumerate(ops) if isinstance(op, Grayscale)]
+        if len(grays) > 1:
+            raise ConfigError("AugmentSpec.ops: more than one Grayscale")
+        if grays and any(op.KIND != "geometric" for op in ops[:grays[0]]):
+            raise ConfigError("AugmentSpec.ops: Grayscale must come before every photometric operation (it is "
+                              "realised by decoding the JPEG's luma); move it up")
+        color = "gray" if grays else ("rgb" if self.color is _D else self.color)
+        if grays and self.color not in (_D, "gray"):
+            raise ConfigError(f"AugmentSpec(color={self.color!r}) contradicts the Grayscale in ops")
+        if color not in ("gray", "rgb"):
+            raise ConfigError(f"AugmentSpec.color={self.color!r}; use 'gray' or 'rgb'")
+        self._set("color", color)
+        self._set("out_channels", ops[grays[0]].num_output_channels if grays else 3)
+        # output stage: folded into mean/std/dtype (so dataclasses.replace sees no conflict later)
+        norm = [op for op in ops if isinstance(op, Normalize)]
+        casts = [op for op in ops if isinstance(op, ToDtype)]
+        if len(norm) > 1 or len(casts) > 1:
+            raise ConfigError("AugmentSpec.ops: at most one Normalize and one ToDtype")
+        c = self.out_channels
+        mean = norm[0].mean if norm else (None if self.mean is _D else self.mean)
+        std = norm[0].std if norm else (None if self.std is _D else self.std)
+        if norm and (self.mean is not _D and tuple(self.mean) != mean or self.std is not _D and tuple(self.std) != std):
+            raise ConfigError("AugmentSpec: mean/std given both as arguments and in a Normalize; keep one")
+        mean = tuple(float(x) for x in (mean if mean is not None else (0.0,) * c))
+        std = tuple(float(x) for x in (std if std is not None else (1.0,) * c))
+        if len(mean) == 1 and len(std) == 1 and c == 3:
+            mean, std = mean * 3, std * 3
+        if len(mean) != c or len(std) != c:
+            raise ConfigError(f"AugmentSpec: mean={mean} / std={std} need {c} values (the output has {c} channels)")
+        if any(s <= 0 for s in std):
+            raise ConfigError(f"AugmentSpec.std={std!r}; every value must be positive")
+        dtype = casts[0].dtype if casts else ("float32" if self.dtype is _D else self.dtype)
+        if casts and self.dtype not in (_D, dtype):
+            raise ConfigError(f"AugmentSpec(dtype={self.dtype!r}) contradicts ToDtype({dtype!r}) in ops")
+        if dtype == "uint8" and norm:
+            raise ConfigError("AugmentSpec.ops: Normalize needs a float output; add ToDtype('float32') or drop it")
+        self._set("mean", mean)
+        self._set("std", std)
+        self._set("dtype", dtype)
+        kept = tuple(op for op in ops if op.KIND != "output")
+        self._set("ops", kept)
+        self._set("_transforms", kept)
+        size = None
+        for op in kept:
+            size = op.static_size(size)
+        if size is None:
+            raise ConfigError("AugmentSpec.ops: the output size depends on the image; end the list with an operation "
+                              "of fixed size (Resize((h, w)), CenterCrop, RandomCrop or RandomResizedCrop)")
+        self._set("_out_size", size)
+
+    # ------------------------------------------------------------------ construction helpers
+    @classmethod
+    def from_torchvision(cls, compose, **kwargs) -> AugmentSpec:
+        """The spec equivalent to a torchvision ``Compose`` (v1 or v2) of supported transforms.
+
+        Raises :class:`ConfigError` listing every unsupported transform by name. ``kwargs`` go to
+        the spec (``dtype=``, ``channels_last=``). See :mod:`dali_backend.transforms.torchvision`.
+        """
+        from .transforms.torchvision import translate
+
+        return cls(ops=translate(compose), **kwargs)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def transforms(self) -> tuple[Transform, ...]:
+        """The operations both backends run, in order (the preset's too); output ops excluded."""
+        return self._transforms  # type: ignore[attr-defined]
 
     @property
     def height(self) -> int:
-        return self.size[0]  # type: ignore[index]
+        return self._out_size[0]  # type: ignore[attr-defined]
 
     @property
     def width(self) -> int:
-        return self.size[1]  # type: ignore[index]
+        return self._out_size[1]  # type: ignore[attr-defined]
 
     @property
     def channels(self) -> int:
-        """Channels the decode/augment stages carry (1 in gray mode); the output always has 3."""
+        """Channels the decode/augment stages carry (1 in gray mode); see ``out_channels`` for the output."""
         return 1 if self.color == "gray" else 3
 
     @property
     def rotates(self) -> bool:
-        return bool(self.rotate_deg)
+        return self.ops is None and bool(self.rotate_deg)
 
     @property
     def jitters(self) -> bool:
-        return bool(self.brightness or self.contrast)
+        return self.ops is None and bool(self.brightness or self.contrast)
 
     @property
     def is_random(self) -> bool:
-        return self.rotates or self.jitters
+        return any(op.is_random for op in self.transforms)
+
+    @property
+    def needs_size(self) -> bool:
+        """Whether a draw's parameters depend on the decoded image size (crops, aspect-keeping resize)."""
+        return any(op.NEEDS_SIZE and not op.is_identity for op in self.transforms)
+
+    @property
+    def wire(self) -> tuple[tuple[int, Param], ...]:
+        """``(operation number, parameter)`` of every per-draw value the DALI graph receives, in order."""
+        return tuple((k, p) for k, op in enumerate(self.transforms) for p in op.wire_for(self.channels))
+
+    @property
+    def region_crop(self) -> int | None:
+        """The number of the crop the DALI graph decodes as a region (the first geometric operation,
+        when it is a crop whose window lies inside the image and nothing before it changes pixels)."""
+        for k, op in enumerate(self.transforms):
+            if op.is_identity:
+                continue
+            return k if getattr(op, "REGION", False) else None
+        return None
 
     def eval(self) -> AugmentSpec:
-        """The evaluation variant: same decode, CLAHE, size and normalisation; no randomness."""
-        return replace(self, rotate_deg=0.0, brightness=0.0, contrast=0.0)
+        """The evaluation variant: same decode, size and normalisation; no randomness.
+
+        Preset: CLAHE kept, rotation and jitter off. Operation list: each operation's ``eval()``
+        (random flips, rotations and jitter removed, RandomCrop -> CenterCrop,
+        RandomResizedCrop -> Resize).
+        """
+        if self.ops is None:
+            return replace(self, rotate_deg=0.0, brightness=0.0, contrast=0.0)
+        return replace(self, ops=tuple(e for e in (op.eval() for op in self.ops) if e is not None))
+
+    # ------------------------------------------------------------------ per-draw parameters
+    def make_params(self, seed: int, epoch: int, position: int,
+                    image_size: tuple[int, int] | None) -> list[dict[str, np.ndarray]]:
+        """The parameters of every operation for one draw: a pure function of its arguments.
+
+        Args:
+            seed: the dataset's augmentation seed.
+            epoch: the epoch of the draw.
+            position: the draw's position in the epoch's global draw.
+            image_size: the decoded ``(height, width)`` (EXIF orientation applied); may be None when
+                :attr:`needs_size` is False.
+
+        Returns:
+            one dict per operation of :attr:`transforms` (empty for operations without parameters).
+        """
+        u = uniforms(seed, epoch, position, self._uniforms)  # type: ignore[attr-defined]
+        size = None if image_size is None else (int(image_size[0]), int(image_size[1]))
+        out = []
+        for op, off in zip(self.transforms, self._offsets):  # type: ignore[attr-defined]
+            p = {} if op.is_identity else op.sample(u[off:off + op.UNIFORMS], size)
+            out.append(p)
+            size = op.output_size(size, p) if not op.is_identity else size
+        return out
+
+    def wire_arrays(self, params: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
+        """``params`` (from :meth:`make_params`) as the arrays the DALI external source sends, in :attr:`wire` order."""
+        return [p.array(params[k][p.name]) for k, p in self.wire]
 
     def letterbox_size(self, height: int, width: int) -> tuple[int, int]:
         """``(h, w)`` a ``height`` x ``width`` image is resized to in letterbox mode (float32 math, as DALI)."""
-        f = np.float32
-        s = min(f(self.width) / f(width), f(self.height) / f(height))
-        return (max(int(np.floor(f(height) * s + f(0.5))), 1), max(int(np.floor(f(width) * s + f(0.5))), 1))
+        return letterbox_size(height, width, self.height, self.width)
 
     def normalize_coefficients(self) -> tuple[np.ndarray, np.ndarray]:
         """``(scale, shift)`` per output channel so that ``out = x * scale + shift`` for uint8 ``x``."""
@@ -176,6 +360,9 @@ def draw_params(spec: AugmentSpec, seed: int, epoch: int, position: int) -> AugP
         position: the draw's position in the epoch's global draw (not the sample index: a sample
             drawn twice gets two sets of parameters).
     """
+    if spec.ops is not None:
+        raise ConfigError("draw_params describes the preset's three numbers; for an operation list use "
+                          "spec.make_params(seed, epoch, position, image_size)")
     if not spec.is_random:
         return IDENTITY
     u = np.random.default_rng([_AUG_STREAM, int(seed), int(epoch), int(position)]).random(3)

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from .cliargs import (OneLineParser, add_index_load_arguments, data_or_index, default_cache, existing_dir, fraction,
+from .cliargs import (OneLineParser, operation_list, add_index_load_arguments, data_or_index, default_cache, existing_dir, fraction,
                       index_file, int_range, keyword_rules, load_data, output_dir, output_file, positive_int,
                       run_command, size_wxh, verbosity_parent)
 
@@ -150,7 +150,10 @@ def cmd_preview(args) -> int:
     from .sampler import WeightedSampler
 
     index = load_data(args.data, args.root, args.no_check)
-    spec = AugmentSpec(size=args.size, color=args.color, fit=args.fit, dtype="uint8")
+    if args.ops:
+        spec = AugmentSpec(ops=args.ops, dtype="uint8")
+    else:
+        spec = AugmentSpec(size=args.size, color=args.color, fit=args.fit, dtype="uint8")
     ds = ImageDataset(index, spec, seed=args.seed)
     sampler = WeightedSampler(index, seed=args.seed)
     draws = sampler.draws()[: args.n]
@@ -181,16 +184,19 @@ def cmd_preview(args) -> int:
             label += f"  max|diff| {int(diff.max())}"
         tiles = [cv2.cvtColor(x, cv2.COLOR_GRAY2BGR) if x.ndim == 2 else cv2.cvtColor(np.ascontiguousarray(x), cv2.COLOR_RGB2BGR)
                  for x in tiles]
-        p = ds.params(d)
-        label += f"  angle {p.angle:+.1f}  b {p.brightness:.2f}  c {p.contrast:.2f}"
+        params = spec.make_params(ds.seed, d.epoch, d.position, orig.shape[:2])
+        label += "  " + "  ".join(op.describe(p) for op, p in zip(spec.transforms, params) if p)
         bar = np.full((20, tw * len(tiles), 3), 255, np.uint8)
         _text(bar, label, 4, 14, tw * len(tiles) - 8, 0.42)
         rows.append(np.vstack([bar, np.hstack(tiles)]))
     width = rows[0].shape[1]
+    recipe = np.full((18, width, 3), 255, np.uint8)
+    _text(recipe, "ops: " + " > ".join(repr(op) if len(spec.transforms) < 3 else type(op).__name__
+                                      for op in spec.transforms), 4, 13, width - 8, 0.4)
     head = np.full((22, width, 3), 255, np.uint8)
     for c, name in enumerate(columns):
         _text(head, name, c * tw + 4, 16, tw - 8)
-    parts = [head]
+    parts = [recipe, head]
     if dali_imgs is not None:
         legend = np.full((18, width, 3), 255, np.uint8)
         _text(legend, f"last column: |fallback - DALI| per pixel x{DIFF_GAIN} (black: identical, white: "
@@ -330,6 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--color", default="gray", choices=["gray", "rgb"])
     v.add_argument("--fit", default="stretch", choices=["stretch", "letterbox"])
     v.add_argument("--backend", default="auto", choices=["auto", "torch"], help="torch: skip the DALI column")
+    v.add_argument("--ops", type=operation_list, default=None, help="an operation list instead of the preset (then --size/--color/--fit are "
+                                               "ignored), e.g. 'RandomResizedCrop(192), RandomHorizontalFlip(), "
+                                               "ColorJitter(0.4, 0.4, 0.4)'")
     v.add_argument("--seed", type=int, default=0)
     add_index_load_arguments(v)
 

@@ -52,6 +52,17 @@ def verbosity_parent() -> argparse.ArgumentParser:
 
 
 # ------------------------------------------------------------------------------------------ types
+def operation_list(text: str) -> list:
+    """``--ops``: operations of :mod:`dali_backend.transforms` written as calls with literal arguments."""
+    from .errors import ConfigError
+    from .transforms import parse_ops
+
+    try:
+        return parse_ops(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("--ops: ", "").replace(f"--ops {text!r}: ", "")) from None
+
+
 def positive_int(text: str) -> int:
     """An integer >= 1."""
     return int_range(1)(text)

@@ -195,3 +195,59 @@ def _check(data: bytes, size: int, max_pixels: int, load_full, tail: bytes) -> J
                 return JpegCheck(None, width, height)
             return JpegCheck(f"truncated (no end-of-image marker after the scan data; {size} bytes)", width, height)
         pos += length
+
+
+def _exif_orientation(segment: bytes) -> int:
+    """The orientation tag (1-8) of an APP1 ``Exif`` segment's payload, 1 when absent or unreadable."""
+    if segment[:6] != b"Exif\x00\x00" or len(segment) < 14:
+        return 1
+    tiff = segment[6:]
+    order = {b"II": "little", b"MM": "big"}.get(tiff[:2])
+    if order is None:
+        return 1
+    ifd = int.from_bytes(tiff[4:8], order)
+    if ifd + 2 > len(tiff):
+        return 1
+    for k in range(int.from_bytes(tiff[ifd:ifd + 2], order)):
+        entry = tiff[ifd + 2 + 12 * k: ifd + 14 + 12 * k]
+        if len(entry) < 12:
+            return 1
+        if int.from_bytes(entry[:2], order) == 0x0112:
+            value = int.from_bytes(entry[8:10], order)
+            return value if 1 <= value <= 8 else 1
+    return 1
+
+
+def decoded_size(data: bytes | memoryview) -> tuple[int, int] | None:
+    """``(height, width)`` of the image the decoders produce from ``data``: the frame header's size,
+    swapped when the EXIF orientation (5-8) turns the image by 90 degrees; PNG bytes read from IHDR.
+
+    Reads headers only (microseconds), so the per-draw parameters of size-dependent operations
+    (crops) can be drawn before decoding. None when no size can be found (the decoder refuses such
+    data anyway).
+    """
+    data = bytes(data[:65536]) if len(data) > 65536 else bytes(data)
+    if data[:8] == PNG_SIGNATURE and len(data) >= 24:
+        return int.from_bytes(data[20:24], "big"), int.from_bytes(data[16:20], "big")
+    if data[:2] != SOI:
+        return None
+    pos, orientation = 2, 1
+    while pos + 4 <= len(data):
+        if data[pos] != 0xFF:
+            return None
+        while pos + 1 < len(data) and data[pos + 1] == 0xFF:
+            pos += 1
+        marker = data[pos + 1]
+        pos += 2
+        if marker in _STANDALONE:
+            continue
+        length = (data[pos] << 8) | data[pos + 1]
+        if marker == 0xE1 and orientation == 1:  # the first Exif segment counts, as in libjpeg-turbo users
+            orientation = _exif_orientation(data[pos + 2:pos + length])
+        if marker in _SOF_MARKERS and pos + 7 <= len(data):
+            height, width = (data[pos + 3] << 8) | data[pos + 4], (data[pos + 5] << 8) | data[pos + 6]
+            return (width, height) if orientation >= 5 else (height, width)
+        if marker in (0xDA, 0xD9):
+            return None
+        pos += length
+    return None

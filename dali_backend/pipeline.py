@@ -13,6 +13,7 @@ import math
 from typing import Literal
 
 from .augment import AugmentSpec
+from .transforms import GraphContext
 from .errors import MissingDependencyError
 from .schedule import DrawSource
 
@@ -97,47 +98,50 @@ def clahe_like_opencv(images, h, w, tiles: tuple[int, int], clip_limit: float, c
 def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, device: Literal["cpu", "gpu"],
                    device_id: int | None, num_threads: int, py_num_workers: int, py_start_method: str = "fork",
                    prefetch_queue_depth: int = 2, hw_decoder_load: float = 0.65, seed: int = 0):
-    """Build (not yet run) the pipeline for ``spec``; outputs ``(images uint8 [B, C, H, W], labels, slots)``."""
+    """Build (not yet run) the pipeline for ``spec``; outputs ``(images uint8 [B, C, H, W], labels, slots)``.
+
+    The graph is the spec's operations in order (``op.dali``), fed by the parameters the source
+    sends: the external source's outputs and dtypes are ``spec.wire``, and each operation receives
+    its own parameters by name. When the first operation that changes pixels is a crop whose window
+    lies inside the image (``spec.region_crop``), only that window is decoded.
+    """
     dali = import_dali()
     from nvidia.dali import fn, types
 
     gpu = device == "gpu"
+    wire = spec.wire
+    wire_types = {"float32": types.FLOAT, "int32": types.INT32}
+    ops = spec.transforms
+    region = spec.region_crop
 
     @dali.pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id if gpu else None,
                        py_num_workers=py_num_workers, py_start_method=py_start_method,
                        prefetch_queue_depth=prefetch_queue_depth, seed=seed, exec_dynamic=True,
-                       enable_conditionals=spec.clahe is not None)
+                       enable_conditionals=any(op.CONDITIONALS and not op.is_identity for op in ops))
     def graph():
-        n_params = int(spec.rotates) + 2 * int(spec.jitters)
-        jpegs, labels, slots, *params = fn.external_source(
-            source=source, num_outputs=3 + n_params, batch=False, parallel=True,
-            dtype=[types.UINT8, types.INT64, types.INT64] + [types.FLOAT] * n_params)
+        jpegs, labels, slots, *values = fn.external_source(
+            source=source, num_outputs=3 + len(wire), batch=False, parallel=True,
+            dtype=[types.UINT8, types.INT64, types.INT64] + [wire_types[p.dtype] for _, p in wire])
+        params: list[dict] = [{} for _ in ops]
+        for (k, p), node in zip(wire, values):
+            params[k][p.name] = node
         # nvJPEG upsamples chroma differently from libjpeg-turbo unless asked for "fancy" upsampling
         decode_args = {"hw_decoder_load": hw_decoder_load, "jpeg_fancy_upsampling": True} if gpu else {}
-        images = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu",
-                                   output_type=types.GRAY if spec.color == "gray" else types.RGB, **decode_args)
+        decode_args.update(device="mixed" if gpu else "cpu", output_type=types.GRAY if spec.color == "gray" else types.RGB)
         shape = fn.peek_image_shape(jpegs, dtype=types.INT32)  # after EXIF orientation, like the decoder
-        if spec.clahe is not None:
-            images = clahe_like_opencv(images, shape[0], shape[1], spec.clahe.tiles, float(spec.clahe.clip_limit),
-                                       channels=1 if spec.color == "gray" else 3)
-        if spec.fit == "letterbox":
-            import nvidia.dali.math as dmath
-
-            fshape = fn.peek_image_shape(jpegs, dtype=types.FLOAT)
-            h, w = fshape[0], fshape[1]
-            s = dmath.min(float(spec.width) / w, float(spec.height) / h)
-            new_h = dmath.max(dmath.floor(h * s + 0.5), 1.0)
-            new_w = dmath.max(dmath.floor(w * s + 0.5), 1.0)
-            images = fn.resize(images, resize_x=new_w, resize_y=new_h, antialias=True, interp_type=types.INTERP_LINEAR)
-            images = fn.crop(images, crop_h=spec.height, crop_w=spec.width, out_of_bounds_policy="pad", fill_values=0)
+        ctx = GraphContext(gpu=gpu, channels=spec.channels, hw=(shape[0], shape[1]))
+        first = 0
+        if region is None:
+            images = fn.decoders.image(jpegs, **decode_args)
         else:
-            images = fn.resize(images, resize_x=spec.width, resize_y=spec.height, antialias=True,
-                               interp_type=types.INTERP_LINEAR)
-        if spec.rotates:
-            images = fn.rotate(images, angle=params[0], keep_size=True, fill_value=0, interp_type=types.INTERP_LINEAR)
-        if spec.jitters:
-            brightness, contrast = params[-2:]
-            images = fn.brightness_contrast(images, brightness=brightness, contrast=contrast, contrast_center=128.0)
+            window = params[region]
+            images = fn.decoders.image_slice(jpegs, start=window["start"], shape=window["shape"], axis_names="HW",
+                                             **decode_args)
+            images = ops[region].after_region(images, window, ctx)
+            first = region + 1
+        for k in range(first, len(ops)):
+            if not ops[k].is_identity:
+                images = ops[k].dali(images, params[k], ctx)
         images = fn.transpose(images, perm=[2, 0, 1])
         return images, labels, slots
 

@@ -19,8 +19,9 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from .augment import AugmentSpec, draw_params
+from .augment import AugmentSpec
 from .errors import BadImageError
+from .jpeg import decoded_size
 from .reading import OnError, SampleReader
 from .workers import become_worker
 
@@ -37,6 +38,7 @@ PAD_JPEG = bytes.fromhex(
     "14328191a1082342b1c11552d1f02433627282090a161718191a25262728292a3435363738393a434445464748494a535455565758595a636465"
     "666768696a737475767778797a838485868788898a92939495969798999aa2a3a4a5a6a7a8a9aab2b3b4b5b6b7b8b9bac2c3c4c5c6c7c8c9cad2"
     "d3d4d5d6d7d8d9dae1e2e3e4e5e6e7e8e9eaf1f2f3f4f5f6f7f8f9faffda0008010100003f002bffd9")
+PAD_SIZE = (8, 8)
 
 
 class SlotRing:
@@ -95,8 +97,10 @@ class DrawSource:
 
     Returns the checked encoded bytes (see :mod:`dali_backend.reading`), the label, the slot row with
     the index actually served appended (it differs from the planned one when ``on_error="skip"``
-    replaced a bad file), and the draw's augmentation parameters that the spec uses (angle when it
-    rotates; brightness and contrast when it jitters).
+    replaced a bad file), and the draw's augmentation parameters: one array per entry of
+    ``spec.wire`` (derived from the operations' parameter definitions, in that order). Operations
+    whose parameters depend on the image size get the size from the served bytes' headers
+    (:func:`~dali_backend.jpeg.decoded_size`: frame size turned by the EXIF orientation).
 
     A bad file under ``on_error="raise"`` is not raised here: DALI would raise it batches early (it
     prefetches) as text. The slot gets the padding image and ``served = SERVED_BAD``, and the loader
@@ -119,15 +123,13 @@ class DrawSource:
             try:
                 served, data = self.reader.serve(index, epoch, position, self.on_error,
                                                  lambda j: self.reader.read(j, epoch))
-                label, p = int(self.reader.labels[served]), draw_params(self.spec, self.reader.seed, epoch, position)
+                size = decoded_size(data) if self.spec.needs_size else None
+                label = int(self.reader.labels[served])
+                p = self.spec.make_params(self.reader.seed, epoch, position, size)
             except BadImageError:
                 pad = True
         if pad:
             data, served = np.frombuffer(PAD_JPEG, dtype=np.uint8), (-1 if kind == KIND_PAD else SERVED_BAD)
-            label, p = -1, draw_params(self.spec.eval(), 0, 0, 0)
+            label, p = -1, self.spec.make_params(0, 0, 0, PAD_SIZE)
         out = [data, np.array(label, dtype=np.int64), np.append(row, served).astype(np.int64)]
-        if self.spec.rotates:
-            out.append(np.array(p.angle, dtype=np.float32))
-        if self.spec.jitters:
-            out += [np.array(p.brightness, dtype=np.float32), np.array(p.contrast, dtype=np.float32)]
-        return tuple(out)
+        return tuple(out + self.spec.wire_arrays(p))

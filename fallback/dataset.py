@@ -112,7 +112,7 @@ class ImageDataset(Dataset):
         if not 0 <= i < len(self.index):
             raise IndexError(f"sample index {i} out of range for {len(self.index)} samples")
         served, img = self.reader.serve(i, pepoch, position, on_error or self.on_error, lambda j: self.decode(j, epoch))
-        out = ops.augment(img, self.spec, draw_params(self.spec, self.seed, pepoch, position))
+        out = ops.apply_spec(img, self.spec, self.spec.make_params(self.seed, pepoch, position, img.shape[:2]))
         return out, int(self.index.labels[served]), np.array([i, served, position], dtype=np.int64)
 
     def load_uint8(self, item) -> tuple[NDArray[np.uint8], int]:

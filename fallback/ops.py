@@ -185,8 +185,19 @@ def jitter(img: Image, brightness: float, contrast: float) -> Image:
 
 
 # ----------------------------------------------------------------------------------------- composition
+def apply_spec(decoded: Image, spec: AugmentSpec, params: list[dict]) -> NDArray[np.uint8]:
+    """Every operation of ``spec.transforms`` with its drawn ``params`` (:meth:`AugmentSpec.make_params`);
+    returns channel-first uint8 ``[C, H, W]`` (C = 1 or 3)."""
+    img = decoded
+    for op, p in zip(spec.transforms, params, strict=True):
+        if not op.is_identity:
+            img = op.apply(img, p)
+    return img[None] if img.ndim == 2 else np.ascontiguousarray(img.transpose(2, 0, 1))
+
+
 def augment(decoded: Image, spec: AugmentSpec, params: AugParams) -> NDArray[np.uint8]:
-    """Steps 2-5 of the reference semantics; returns channel-first uint8 ``[C, H, W]`` (C = 1 or 3)."""
+    """Steps 2-5 of the preset's reference semantics with the preset's three numbers (kept as the
+    independent reference :func:`apply_spec` is tested against); returns uint8 ``[C, H, W]``."""
     img = clahe(decoded, spec)
     img = letterbox(img, spec) if spec.fit == "letterbox" else resize(img, spec.height, spec.width)
     img = rotate(img, params.angle)

@@ -99,6 +99,7 @@ ERROR_CASES = {
     "preview n zero": (["preview", "<d>", "--n", "0"], ["--n", "0", "1 to 64"]),
     "preview n too many": (["preview", "<d>", "--n", "65"], ["--n", "65", "1 to 64"]),
     "preview root on folder": (["preview", "<d>", "--root", "<d>"], ["--root", "index file", "drop --root"]),
+    "preview bad ops": (["preview", "<d>", "--ops", "RandomResizedCrop(32), Shear(3)"], ["--ops", "Shear(3)", "not an operation"]),
     "split csv": (["split", "<csv>", "--train-out", "<t>/a.npz", "--val-out", "<t>/b.npz"],
                   ["index", "<csv>", "not an index file", "dali-backend index"]),
     "split folder": (["split", "<d>", "--train-out", "<t>/a.npz", "--val-out", "<t>/b.npz"],
@@ -232,3 +233,20 @@ def test_bench_subcommand_uses_the_same_parser():
         out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         assert out.returncode == 0 and "--images" in out.stdout and "--source-sizes" in out.stdout
         assert "--no-check" in out.stdout and "-v, --verbose" in out.stdout
+
+
+def test_preview_with_an_operation_list_shows_each_tiles_parameters(tmp_path, small_root, capsys, monkeypatch):
+    import cv2
+
+    from dali_backend import cli
+
+    texts = []
+    real = cli._text
+    monkeypatch.setattr(cli, "_text", lambda img, text, *a, **k: (texts.append(text), real(img, text, *a, **k)))
+    out = tmp_path / "p.png"
+    rc = main(["-q", "preview", str(small_root), "--out", str(out), "--n", "2",
+               "--ops", "RandomResizedCrop(40), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4)"])
+    assert rc == 0 and cv2.imread(str(out)) is not None
+    assert any(t.startswith("ops: RandomResizedCrop > RandomHorizontalFlip > ColorJitter") for t in texts), texts
+    tiles = [t for t in texts if "RandomResizedCrop(start=" in t]
+    assert len(tiles) == 2 and all("RandomHorizontalFlip(flip=" in t and "ColorJitter(b=" in t for t in tiles), tiles

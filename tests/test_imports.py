@@ -29,21 +29,25 @@ def test_fallback_does_not_import_dali():
 
 def test_module_graph_is_acyclic():
     """Edges between our modules (top-level imports only: lazy imports inside functions are fine)."""
-    modules = {}
+    modules, packages = {}, {}
     for pkg in ("dali_backend", "fallback"):
-        for path in (ROOT / pkg).glob("*.py"):
-            name = f"{pkg}.{path.stem}" if path.stem != "__init__" else pkg
+        for path in (ROOT / pkg).rglob("*.py"):  # subpackages too (dali_backend.transforms)
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            is_init = parts[-1] == "__init__"
+            name = ".".join(parts[:-1] if is_init else parts)
             modules[name] = path
+            packages[name] = name if is_init else name.rsplit(".", 1)[0]
     edges = {m: set() for m in modules}
     for name, path in modules.items():
         tree = ast.parse(path.read_text())
-        pkg = name.split(".")[0]
         for node in tree.body:  # top level only
             targets = []
             if isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
-                    base = f"{pkg}.{base}" if base else pkg
+                    anchor = packages[name].split(".")
+                    anchor = ".".join(anchor[:len(anchor) - (node.level - 1)])
+                    base = f"{anchor}.{base}" if base else anchor
                 subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules]
                 targets = subs or [base]
             elif isinstance(node, ast.Import):

@@ -1,0 +1,216 @@
+"""The operation protocol: one class per operation, parameters drawn once, applied by either backend.
+
+A :class:`Transform` is a frozen dataclass (its arguments, validated at construction) with four
+parts, as torchvision v2 splits ``make_params`` from ``transform``:
+
+* ``PARAMS``: the names, dtypes and shapes of its per-draw parameters. The DALI wire (the external
+  source's outputs and their dtypes) is derived from these definitions, never written by position;
+* :meth:`Transform.sample`: the parameters of one draw from a block of ``UNIFORMS`` uniform numbers
+  and the size of the image the operation receives. Pure numpy: no DALI, no OpenCV;
+* :meth:`Transform.apply`: the OpenCV/numpy implementation (the fallback), imported lazily;
+* :meth:`Transform.dali`: its DALI graph fragment, built only inside a pipeline definition.
+
+Randomness: one generator per draw, ``np.random.default_rng([stream, seed, epoch, position])``. Each
+operation of a composition owns a fixed block of its uniforms (its offset is the sum of the budgets
+of the operations before it), so a draw's numbers do not depend on what an earlier operation did
+with its own block (RandomResizedCrop's attempts), nor on the backend, batch or worker.
+
+Image size: operations whose parameters depend on the size (crops, shorter-side resize, letterbox)
+receive the size at their place in the chain, computed from the decoded size by each operation's
+:meth:`Transform.output_size`. The decoded size is read from the encoded bytes' headers (frame size,
+turned by the EXIF orientation: :func:`dali_backend.jpeg.decoded_size`) in the DALI reader worker,
+and taken from the decoded array in the fallback; the two agree on every file both decoders accept
+(tests/test_transforms.py). The index's widths and heights are not used: they are before EXIF
+rotation and describe the file at index time, not the bytes being served.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ..errors import ConfigError
+
+AUG_STREAM = 0xA06  # separates augmentation draws from the sampler's streams of the same seed
+Size = tuple[int, int]  # (height, width)
+Kind = Literal["geometric", "photometric", "output"]
+REGISTRY: dict[str, type[Transform]] = {}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One per-draw parameter: its name, numpy dtype name and shape (``()`` for a scalar)."""
+
+    name: str
+    dtype: Literal["float32", "int32"] = "float32"
+    shape: tuple[int, ...] = ()
+
+    def array(self, value) -> np.ndarray:
+        """``value`` as the exact array the DALI external source sends (0-d for a scalar)."""
+        a = np.asarray(value, dtype=self.dtype)
+        if a.shape != self.shape:
+            raise ValueError(f"parameter {self.name!r} has shape {a.shape}, its definition says {self.shape}")
+        return a
+
+
+def uniforms(seed: int, epoch: int, position: int, n: int) -> NDArray[np.float64]:
+    """The first ``n`` uniform numbers in [0, 1) of the draw (seed, epoch, position)."""
+    if n == 0:
+        return np.zeros(0)
+    return np.random.default_rng([AUG_STREAM, int(seed), int(epoch), int(position)]).random(n)
+
+
+def centred(u: float, centre: float, half: float) -> float:
+    """``centre + (2u - 1) * half`` as float32: a uniform draw in ``[centre - half, centre + half]``."""
+    return float(np.float32(centre + (2.0 * u - 1.0) * half))
+
+
+def as_range(name: str, value, *, centre: float, low: float = -math.inf, high: float = math.inf,
+             op: str) -> tuple[float, float]:
+    """torchvision's range arguments: a number ``v`` means ``[centre - v, centre + v]`` (``v >= 0``),
+    a pair means itself; both clipped to ``[low, high]``. Returns ``(centre, half width)``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not (math.isfinite(value) and value >= 0):
+            raise ConfigError(f"{op}.{name}={value!r}; must be a non-negative number or a (min, max) pair")
+        lo, hi = centre - value, centre + value
+        if lo < low or hi > high:
+            raise ConfigError(f"{op}.{name}={value!r}; the range [{lo:g}, {hi:g}] must lie in [{low:g}, {high:g}]")
+        return float(centre), float(value)
+    try:
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{op}.{name}={value!r}; give a number or a (min, max) pair") from None
+    if not (low <= lo <= hi <= high):
+        raise ConfigError(f"{op}.{name}={value!r}; need {low:g} <= min <= max <= {high:g}")
+    return (lo + hi) / 2.0, (hi - lo) / 2.0
+
+
+def as_size(name: str, value, op: str) -> Size:
+    """``(height, width)`` from an int (square) or a pair; torchvision's convention."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        value = (int(value), int(value))
+    try:
+        h, w = (int(v) for v in value)
+        ok = all(isinstance(v, (int, np.integer)) for v in value)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok or not (1 <= h <= 16384 and 1 <= w <= 16384):
+        raise ConfigError(f"{op}.{name}={value!r}; must be an int or (height, width) integers in [1, 16384]")
+    return h, w
+
+
+def check_probability(value, op: str) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{op}.p={value!r}; must be a probability in [0, 1]")
+    return float(value)
+
+
+@dataclass
+class GraphContext:
+    """What a DALI fragment may use besides its image and parameters.
+
+    ``hw``: the image's (height, width) at this point of the graph, Python ints when static, CPU
+    nodes otherwise. ``channels``: 1 (gray) or 3. ``gpu``: whether the images live on the GPU.
+    """
+
+    gpu: bool
+    channels: int
+    hw: tuple[Any, Any]
+
+
+class Transform:
+    """Base of every operation (subclasses are frozen dataclasses; see the module docstring).
+
+    Class attributes a subclass sets: ``KIND`` (``"geometric"``: moves pixels, may change the size;
+    ``"photometric"``: changes values; ``"output"``: configures the final dtype/normalisation and
+    runs on the batch), ``PARAMS`` (the per-draw parameters), ``UNIFORMS`` (uniforms per draw),
+    ``NEEDS_SIZE`` (whether :meth:`sample` reads the image size), ``WHOLE_IMAGE`` (its result at a
+    pixel depends on distant pixels, so a region decode may not move in front of it),
+    ``CONDITIONALS`` (its DALI fragment uses per-sample ``if``).
+    """
+
+    KIND: ClassVar[Kind] = "photometric"
+    PARAMS: ClassVar[tuple[Param, ...]] = ()
+    UNIFORMS: ClassVar[int] = 0
+    NEEDS_SIZE: ClassVar[bool] = False
+    WHOLE_IMAGE: ClassVar[bool] = False
+    CONDITIONALS: ClassVar[bool] = False  # its DALI fragment branches per sample (DALI conditionals)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if not cls.__name__.startswith("_"):
+            REGISTRY[cls.__name__] = cls
+
+    # ----------------------------------------------------------------- contract (pure numpy)
+    @property
+    def is_identity(self) -> bool:
+        """True when the operation changes nothing for any draw (then no graph node and no wire)."""
+        return False
+
+    @property
+    def is_random(self) -> bool:
+        return self.UNIFORMS > 0 and not self.is_identity
+
+    @property
+    def wire(self) -> tuple[Param, ...]:
+        """The parameters sent to the DALI graph (none for an identity)."""
+        return () if self.is_identity else self.PARAMS
+
+    def wire_for(self, channels: int) -> tuple[Param, ...]:
+        """The parameters the graph uses on images of ``channels`` channels (default: all of :attr:`wire`)."""
+        return self.wire
+
+    def sample(self, u: NDArray[np.float64], size: Size | None) -> dict[str, np.ndarray]:
+        """The parameters of one draw from ``UNIFORMS`` uniforms ``u`` and the input ``size``."""
+        return {}
+
+    def make_params(self, seed: int, epoch: int, position: int, image_size: Size | None,
+                    offset: int = 0) -> dict[str, np.ndarray]:
+        """The parameters of draw (seed, epoch, position) for an input of ``image_size`` (h, w).
+
+        A pure function. ``offset`` is where this operation's block starts in the draw's uniforms
+        (:meth:`AugmentSpec.draw` passes the sum of the budgets before it; 0 when used alone).
+        """
+        u = uniforms(seed, epoch, position, offset + self.UNIFORMS)[offset:]
+        return self.sample(u, None if image_size is None else (int(image_size[0]), int(image_size[1])))
+
+    def output_size(self, size: Size | None, params: dict[str, np.ndarray]) -> Size | None:
+        """The size this operation returns for an input of ``size`` (None: unknown)."""
+        return size
+
+    def static_size(self, size: Size | None) -> Size | None:
+        """The output size when it is the same for every draw and input (else None)."""
+        return size
+
+    def eval(self) -> Transform | None:
+        """The evaluation variant: deterministic (None removes the operation)."""
+        return None if self.is_random else self
+
+    def describe(self, params: dict[str, np.ndarray]) -> str:
+        """One short line naming the operation and a draw's parameters (for ``preview``)."""
+        parts = [f"{k}={_fmt(v)}" for k, v in params.items()]
+        return type(self).__name__ + (f"({', '.join(parts)})" if parts else "")
+
+    # ----------------------------------------------------------------- executors
+    def apply(self, img: NDArray[np.uint8], params: dict[str, np.ndarray]) -> NDArray[np.uint8]:
+        """The OpenCV/numpy implementation on a gray ``HxW`` or RGB ``HxWx3`` uint8 image."""
+        raise NotImplementedError(f"{type(self).__name__} has no CPU implementation")
+
+    def dali(self, images, params: dict[str, Any], ctx: GraphContext):
+        """The DALI graph fragment: ``images`` (HWC uint8 nodes) -> images; sets ``ctx.hw`` if the size changes."""
+        raise NotImplementedError(f"{type(self).__name__} has no DALI implementation")
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))  # type: ignore[arg-type]
+        return f"{type(self).__name__}({args})"
+
+
+def _fmt(v) -> str:
+    a = np.asarray(v)
+    if a.ndim == 0:
+        return f"{float(a):.3g}" if a.dtype.kind == "f" else str(int(a))
+    return "(" + ", ".join(_fmt(x) for x in a) + ")"
