@@ -3,5 +3,5 @@
 Importing this package is light: the contenders (torch, OpenCV, DALI) load only when they run.
 """
 
-CONTENDERS = ("ceiling", "tutorial", "fallback", "dali-cpu", "dali-gpu", "recipe-fallback", "recipe-dali-cpu",
+CONTENDERS = ("ceiling", "reference", "tutorial", "fallback", "dali-cpu", "dali-gpu", "recipe-fallback", "recipe-dali-cpu",
               "recipe-dali-gpu")

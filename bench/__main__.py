@@ -76,6 +76,8 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--png", type=output_file, help="chart file (default: next to the JSON, same name .png); with "
                                                   "--source-sizes the ratio-by-size chart")
     p.add_argument("--no-plot", action="store_true", help="no charts (runs without matplotlib)")
+    p.add_argument("--breakdown", action="store_true", help="also time each stage of the contract on one core "
+                   "(ms per image), to read every contender's own overhead against")
     p.add_argument("--cache", type=output_dir, default=None, help="where synthetic data is generated")
     add_index_load_arguments(p)
     p.add_argument("--one", choices=CONTENDERS, help=argparse.SUPPRESS)
@@ -121,8 +123,12 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
         log.debug("%s: %.1f s, epochs %s img/s", name, time.perf_counter() - t0,
                   ", ".join(f"{v:.1f}" for v in results[-1]["epoch_images_per_s"]))
     ceiling = results[0]["images_per_s"]
+    ref = next((r for r in results if r["name"] == "reference"), None)
     for r in results:
         r["ratio_to_ceiling"] = r["images_per_s"] / ceiling
+        if ref is not None:  # the whole contract with no loader around it: what a perfect loader reaches
+            r["ratio_to_reference"] = r["images_per_s"] / ref["images_per_s"]
+            r["overhead_ms_per_image"] = 1000 * (r["cpu_s_per_image"] - ref["cpu_s_per_image"])
     machine = dict(machine)
     machine["data"] = {"root": str(root), "images": len(index), "mean_file_kb": float(index.sizes.mean() / 1024),
                        "source_size": [int(index.widths[0]), int(index.heights[0])], "output_size": [out_w, out_h]}
@@ -130,13 +136,23 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
     print(f"\n{len(index)} images {machine['data']['source_size'][0]}x{machine['data']['source_size'][1]} "
           f"(~{machine['data']['mean_file_kb']:.0f} KB) -> {out_w}x{out_h}; {machine['cores']} cores ({machine['cpu']}); "
           f"GPU: {machine['gpu'] or 'none'}")
-    print(f"{'name':10s} {'img/s':>8s} {'x ceiling':>9s} {'x tutorial':>10s} {'cpu s/img':>9s} {'peak RSS MB':>11s} "
-          f"{'first batch s':>13s} {'RSS growth %':>12s}")
+    print(f"{'name':16s} {'img/s':>8s} {'x ceiling':>9s} {'x reference':>11s} {'x tutorial':>10s} {'cpu s/img':>9s} "
+          f"{'overhead ms/img':>15s} {'peak RSS MB':>11s} {'first batch s':>13s} {'RSS growth %':>12s}")
     for r in results:
         fb = "-" if r["first_batch_s"] is None else f"{r['first_batch_s']:.2f}"
         vs_tut = f"{r['images_per_s'] / tut:.1f}" if tut else "-"
-        print(f"{r['name']:10s} {r['images_per_s']:8.1f} {r['ratio_to_ceiling']:9.2f} {vs_tut:>10s} "
-              f"{r['cpu_s_per_image']:9.4f} {r['peak_rss_mb']:11.0f} {fb:>13s} {r['rss_growth_pct']:12.1f}")
+        vs_ref = f"{r['ratio_to_reference']:.2f}" if "ratio_to_reference" in r else "-"
+        over = f"{r['overhead_ms_per_image']:.2f}" if "overhead_ms_per_image" in r else "-"
+        print(f"{r['name']:16s} {r['images_per_s']:8.1f} {r['ratio_to_ceiling']:9.2f} {vs_ref:>11s} {vs_tut:>10s} "
+              f"{r['cpu_s_per_image']:9.4f} {over:>15s} {r['peak_rss_mb']:11.0f} {fb:>13s} {r['rss_growth_pct']:12.1f}")
+    if getattr(args, "breakdown", False):
+        from .contenders import stage_breakdown
+
+        stages = stage_breakdown(index, (out_h, out_w))
+        doc_stages = {k: round(v, 4) for k, v in stages.items()}
+        machine["stages_ms_per_image"] = doc_stages
+        print("stages, ms per image on one core (a contender's overhead = its cpu s/img minus their sum, "
+              f"{sum(stages.values()):.2f} ms): " + ", ".join(f"{k} {v:.3f}" for k, v in stages.items()))
     doc = {"machine": machine, "results": results}
     with open(out_json, "w") as f:
         json.dump(doc, f, indent=2)

@@ -65,6 +65,68 @@ class TutorialDataset(torch.utils.data.Dataset):
         return torch.from_numpy(img.astype(np.float32)), int(self.labels[i])
 
 
+_REF = None
+
+
+def _reference_init(index_path: str, size: tuple[int, int]) -> None:
+    """A reference worker: the dataset's own operations, nothing of a loader around them."""
+    global _REF
+    from dali_backend import AugmentSpec, SampleIndex
+    from dali_backend._own import own
+
+    cv2.setNumThreads(0)
+    torch.set_num_threads(1)
+    spec = AugmentSpec(size=size)
+    _REF = (own("fallback").ImageDataset(SampleIndex.load(index_path, check="none"), spec, seed=0), spec)
+
+
+def _reference_work(draw) -> int:
+    from dali_backend.tensors import normalize
+
+    ds, spec = _REF
+    image, label = ds.load_uint8(draw)
+    return int(normalize(torch.from_numpy(image)[None], spec)[0, 0, 0, 0] > 0) + label
+
+
+def stage_breakdown(index, size: tuple[int, int], images: int = 64) -> dict[str, float]:
+    """Milliseconds per image of each stage of the default contract, one core, on ``images`` files.
+
+    The stages a loader cannot avoid (reading, decode, CLAHE, resize, rotate, jitter, normalise):
+    ``cpu s/img`` of a contender minus their sum is that loader's own overhead.
+    """
+    from dali_backend import AugmentSpec
+    from dali_backend.augment import draw_params
+    from dali_backend.reading import read_regular_file
+    from dali_backend.tensors import normalize
+    from dali_backend._own import own
+
+    ops = own("fallback.ops")
+    spec = AugmentSpec(size=size)
+    clahe = cv2.createCLAHE(spec.clahe.clip_limit, spec.clahe.tiles)
+    times = dict.fromkeys(("read", "decode", "clahe", "resize", "rotate", "jitter", "normalize"), 0.0)
+    n = min(images, len(index))
+    for i in range(n):
+        p = draw_params(spec, 0, 0, i)
+        t0 = time.perf_counter()
+        data = read_regular_file(index.abspath(i))
+        t1 = time.perf_counter()
+        img = ops.decode(data, "gray")
+        t2 = time.perf_counter()
+        img = clahe.apply(img)
+        t3 = time.perf_counter()
+        img = ops.resize(img, spec.height, spec.width)
+        t4 = time.perf_counter()
+        img = ops.rotate(img, p.angle)
+        t5 = time.perf_counter()
+        img = ops.jitter(img, p.brightness, p.contrast)
+        t6 = time.perf_counter()
+        normalize(torch.from_numpy(img)[None, None], spec)
+        t7 = time.perf_counter()
+        for key, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6)):
+            times[key] += dt
+    return {k: 1000 * v / n for k, v in times.items()}
+
+
 def recipe_spec(size: tuple[int, int]):
     """torchvision's ImageNet training recipe as a spec (what ``from_torchvision`` gives for it)."""
     from dali_backend import AugmentSpec
@@ -108,11 +170,17 @@ def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int
     cpu0 = tree_cpu_seconds()
     with PeakRss() as peak:
         t_create = time.perf_counter()
-        if name == "ceiling":
+        if name in ("ceiling", "reference"):
             import multiprocessing as mp
 
-            paths = [index.abspath(i) for i in range(n_images)]
-            pool = mp.get_context("fork").Pool(workers, initializer=_ceiling_init)
+            from dali_backend import WeightedSampler
+
+            if name == "ceiling":
+                work, items = _ceiling_work, [index.abspath(i) for i in range(n_images)]
+                pool = mp.get_context("fork").Pool(workers, initializer=_ceiling_init)
+            else:
+                work, sampler = _reference_work, WeightedSampler(index, mode="uniform", seed=0)
+                pool = mp.get_context("fork").Pool(workers, initializer=_reference_init, initargs=(index_path, size))
             loader = None
         else:
             loader = _loader_for(name, index, size, batch_size, workers)
@@ -123,7 +191,9 @@ def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int
             t0 = time.perf_counter()
             n = 0
             if loader is None:
-                n = len(pool.map(_ceiling_work, paths, chunksize=4))
+                if name == "reference":
+                    items = sampler.draws(epoch)
+                n = len(pool.map(work, items, chunksize=4))
             else:
                 if hasattr(loader, "set_epoch"):
                     loader.set_epoch(epoch)

@@ -109,17 +109,34 @@ class EpochLoaderMixin:
 
     def _batch_meta(self, planned: np.ndarray, served: np.ndarray, epochs: np.ndarray, positions: np.ndarray) -> dict:
         """What produced each sample of a batch (``return_meta=True``): indices, draw, path, parameters."""
-        from .sampler import Draw
-
         ds = self.dataset
-        params = []
-        for i, e, p in zip(served.tolist(), epochs.tolist(), positions.tolist()):
-            value = ds.params(Draw(int(i), int(e), int(p)))
-            params.append(value._asdict() if hasattr(value, "_asdict") else dict(value))
+        params = [self._draw_params(int(i), int(e), int(p)) for i, e, p in zip(served.tolist(), epochs.tolist(),
+                                                                            positions.tolist())]
         as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
         return {"index": as_tensor(served), "planned": as_tensor(planned), "epoch": as_tensor(epochs),
                 "position": as_tensor(positions), "path": [ds.index.abspath(int(i)) for i in served],
                 "params": params}
+
+    def _draw_params(self, index: int, epoch: int, position: int) -> dict:
+        """One draw's augmentation parameters as plain values: the preset's three numbers, or per operation."""
+        from .sampler import Draw
+
+        ds = self.dataset
+        spec = ds.spec
+        if spec.ops is None:
+            return ds.params(Draw(index, epoch, position))._asdict()
+        size = None
+        if spec.needs_size:  # size-dependent operations (crops): the served file's decoded size, from its header
+            from .jpeg import decoded_size
+
+            with open(ds.index.abspath(index), "rb") as f:
+                size = decoded_size(f.read(65536))
+        out: dict = {}
+        for op, values in zip(spec.transforms, spec.make_params(ds.seed, epoch, position, size)):
+            name = type(op).__name__
+            key = name if name not in out else f"{name}#{sum(k.split('#')[0] == name for k in out) + 1}"
+            out[key] = {k: np.asarray(v).tolist() for k, v in values.items()}
+        return out
 
     def _end_epoch(self) -> None:
         st = self._stats

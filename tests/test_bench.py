@@ -17,13 +17,16 @@ def test_bench_smoke(tmp_path):
     out = tmp_path / "b.json"
     proc = subprocess.run([sys.executable, "-m", "bench", "--images", "12", "--source-size", "128x96", "--size", "32x32",
                            "--epochs", "1", "--batch-size", "4", "--workers", "2", "--cache", str(tmp_path / "cache"),
-                           "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                           "--breakdown", "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(out.read_text())
+    stages = data["machine"]["stages_ms_per_image"]
+    assert set(stages) == {"read", "decode", "clahe", "resize", "rotate", "jitter", "normalize"}
     names = [r["name"] for r in data["results"]]
-    assert names[:4] == ["ceiling", "tutorial", "fallback", "dali-cpu"]
+    assert names[:5] == ["ceiling", "reference", "tutorial", "fallback", "dali-cpu"]
     for r in data["results"]:
         assert FIELDS <= r.keys() and r["images_per_s"] > 0
+        assert {"ratio_to_reference", "overhead_ms_per_image"} <= r.keys()
     assert data["results"][0]["ratio_to_ceiling"] == 1.0
     assert data["machine"]["cores"] >= 1 and data["machine"]["data"]["images"] == 12
     assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"

@@ -137,3 +137,20 @@ def test_batch_transform_runs_on_every_batch(ds, kind):
     for (x, y), (u, v) in zip(plain, mixed):
         assert torch.equal(v, y.flip(0)) and torch.equal(u, x.flip(0) * 0.5)
     plain.close(), mixed.close()
+
+
+def test_return_meta_with_an_operation_list(ds):
+    from dali_backend.transforms import ColorJitter, RandomHorizontalFlip, RandomResizedCrop
+
+    spec = AugmentSpec(ops=[RandomResizedCrop(20), RandomHorizontalFlip(), ColorJitter(brightness=0.2)])
+    opds = ImageDataset(ds.index, spec, seed=3)
+    metas = {}
+    for kind, args in KINDS.items():
+        loader = DaliLoader(opds, batch_size=5, sampler=WeightedSampler(ds.index, seed=2, num_samples=10),
+                            return_meta=True, **args)
+        metas[kind] = [m for _, _, m in loader]
+        loader.close()
+    for a, b in zip(metas["dali-cpu"], metas["torch"]):
+        assert a["params"] == b["params"] and torch.equal(a["index"], b["index"])
+    first = metas["torch"][0]["params"][0]
+    assert set(first) == {"RandomResizedCrop", "RandomHorizontalFlip", "ColorJitter"}

@@ -66,7 +66,9 @@ def _dali_resize(images, h, w, antialias: bool = True):
 
 
 def _cpu_resize(img: np.ndarray, h: int, w: int, antialias: bool = True) -> np.ndarray:
-    from fallback import ops
+    from .._own import own
+
+    ops = own("fallback.ops")
 
     if antialias or (h >= img.shape[0] and w >= img.shape[1]):
         return ops.resize(img, int(h), int(w))
