@@ -28,7 +28,7 @@ import torch
 from .epochs import EpochLoaderMixin
 from .errors import (BadImageError, ConfigError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError,
                      StaleIteratorError)
-from .memory import release_free_memory
+from .memory import EveryNth
 from .sampler import WeightedSampler, default_sampler, plan_epoch
 from .reading import check_on_error
 from .schedule import KIND_DRAW, KIND_PAD, SERVED_BAD, DrawSource, SlotRing
@@ -335,6 +335,7 @@ class _DaliRunner:
         self._stream = None
         self._next_slot = 0
         self._clean_interrupt = False  # set when a Ctrl-C arrives while waiting for DALI (a safe place)
+        self._trim = EveryNth(8)  # a trim per batch also made every fresh output buffer fault in again
         self._caller = _PipelineThread()
         _LIVE_RUNNERS.add(self)
 
@@ -462,7 +463,7 @@ class _DaliRunner:
         labels_all = self.dataset.index.labels
         for _ in range(n_batches):
             if not self.gpu:  # CPU batches churn the host heap; GPU batches live in DALI's device pools
-                release_free_memory()  # the previous batch is gone by now: keep RSS flat
+                self._trim()  # earlier batches are gone by now: keep RSS flat
             expected, out, served = self._guarded(self._next_batch)
             keep = expected[:, 4] == KIND_DRAW
             bad = np.flatnonzero(keep & (served == SERVED_BAD))

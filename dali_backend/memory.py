@@ -28,3 +28,16 @@ def release_free_memory() -> None:
     """Return free heap pages to the OS where the C library supports it; otherwise do nothing."""
     if _trim is not None:
         _trim(0)
+
+
+class EveryNth:
+    """Calls :func:`release_free_memory` on every ``n``-th call: the heap then holds at most ``n``
+    batches of freed pages (bounded, so memory stays flat), and the trim's cost is paid 1/n times."""
+
+    def __init__(self, n: int = 8):
+        self.n, self._count = max(1, int(n)), 0
+
+    def __call__(self) -> None:
+        self._count += 1
+        if self._count % self.n == 0:
+            release_free_memory()
