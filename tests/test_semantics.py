@@ -154,3 +154,20 @@ def test_return_meta_with_an_operation_list(ds):
         assert a["params"] == b["params"] and torch.equal(a["index"], b["index"])
     first = metas["torch"][0]["params"][0]
     assert set(first) == {"RandomResizedCrop", "RandomHorizontalFlip", "ColorJitter"}
+
+
+@pytest.mark.parametrize("width", [224, 223, 7, 1])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("channels", [1, 3])
+def test_table_normalisation_is_bitwise_the_float_arithmetic(width, dtype, channels):
+    """The CPU path normalises through a per-channel table (cv2.LUT); it must equal addcmul exactly."""
+    from dali_backend.tensors import _DTYPES, normalize
+
+    spec = AugmentSpec(size=(5, width), dtype=dtype, color="gray" if channels == 1 else "rgb")
+    x = torch.randint(0, 256, (3, channels, 5, width), dtype=torch.uint8, generator=torch.Generator().manual_seed(width))
+    scale, shift = spec.normalize_coefficients()
+    want = torch.addcmul(torch.from_numpy(shift).view(3, 1, 1), x.expand(3, 3, 5, width).to(torch.float32),
+                         torch.from_numpy(scale).view(3, 1, 1))
+    want = want if dtype == "float32" else want.to(_DTYPES[dtype])
+    got = normalize(x, spec)
+    assert got.dtype == want.dtype and torch.equal(got, want)
