@@ -31,7 +31,7 @@ from .errors import (BadImageError, ConfigError, LoaderClosedError, LoaderTimeou
 from .memory import EveryNth
 from .sampler import WeightedSampler, default_sampler, plan_epoch
 from .reading import check_on_error
-from .schedule import KIND_DRAW, KIND_PAD, SERVED_BAD, DrawSource, SlotRing
+from .schedule import KIND_DRAW, KIND_PAD, ROW, SERVED_BAD, Col, DrawSource, SlotRing
 from .tensors import normalize
 from .workers import WorkerInit, starting_workers
 
@@ -186,15 +186,22 @@ def choose_start_method(requested: str | None) -> str:
     return requested
 
 
+PLANNED = ROW - 1  # a planned row is a slot row without its slot: (index, epoch, position, kind)
+
+
+def _padding(n: int) -> np.ndarray:
+    pad = np.zeros((n, PLANNED), dtype=np.int64)
+    pad[:, Col.KIND - 1] = KIND_PAD
+    return pad
+
+
 def batches_of(rows: np.ndarray, batch_size: int) -> list[np.ndarray]:
-    """Cut planned rows ``[n, 4]`` into batches; the last partial one is padded with throw-away slots."""
+    """Cut planned rows ``[n, PLANNED]`` into batches; the last partial one is padded with throw-away slots."""
     out = []
     for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]
         if len(chunk) < batch_size:
-            pad = np.zeros((batch_size - len(chunk), 4), dtype=np.int64)
-            pad[:, 3] = KIND_PAD
-            chunk = np.concatenate([chunk, pad])
+            chunk = np.concatenate([chunk, _padding(batch_size - len(chunk))])
         out.append(chunk)
     return out
 
@@ -208,8 +215,7 @@ def plan_stream(key, rows: np.ndarray, plan_next, batch_size: int):
             break
         sid, epoch, _ = key
         key, rows = (sid, epoch + 1, 0), plan_next(epoch + 1)
-    pad = np.zeros((batch_size, 4), dtype=np.int64)
-    pad[:, 3] = KIND_PAD
+    pad = _padding(batch_size)
     while True:
         yield "pad", 0, pad
 
@@ -409,10 +415,10 @@ class _DaliRunner:
             self.check_workers()  # "Worker data receiving interrupted": say which worker died
             raise _PipelineFailed(e, [expected] + [rows for _, _, rows in self._queue]) from e
         meta = out["slots"].cpu().numpy().reshape(len(expected), -1)
-        if not np.array_equal(meta[:, :5], expected):
+        if not np.array_equal(meta[:, :ROW], expected):
             raise RuntimeError(f"DALI returned slots {meta[:, 0].tolist()} where {expected[:, 0].tolist()} were planned; "
                                "this is a bug in dali_backend, please report it")
-        return out, meta[:, 5]
+        return out, meta[:, Col.SERVED]
 
     def _restart(self, stream) -> None:
         """Switch to ``stream``: batches already scheduled still run (DALI may be decoding them); drop them."""
@@ -465,7 +471,7 @@ class _DaliRunner:
             if not self.gpu:  # CPU batches churn the host heap; GPU batches live in DALI's device pools
                 self._trim()  # earlier batches are gone by now: keep RSS flat
             expected, out, served = self._guarded(self._next_batch)
-            keep = expected[:, 4] == KIND_DRAW
+            keep = expected[:, Col.KIND] == KIND_DRAW
             bad = np.flatnonzero(keep & (served == SERVED_BAD))
             if bad.size:
                 raise self.bad_image(expected[bad[0]])
@@ -476,8 +482,8 @@ class _DaliRunner:
                 raise RuntimeError("labels from DALI do not match the index; this is a bug in dali_backend, please report it")
             if not keep.all():
                 images = images[torch.from_numpy(keep).to(images.device)]
-            yield images, torch.from_numpy(want.copy()).to(self.device), expected[keep, 1], served, \
-                expected[keep, 3], expected[keep, 2]
+            yield images, torch.from_numpy(want.copy()).to(self.device), expected[keep, Col.INDEX], served, \
+                expected[keep, Col.POSITION], expected[keep, Col.EPOCH]
 
     def bad_image(self, row: np.ndarray) -> BadImageError:
         """The error a reader worker met for the draw of slot ``row``, derived again here with its fields."""
@@ -774,7 +780,7 @@ class DaliLoader(EpochLoaderMixin):
         reader, text = self.dataset.reader, str(failure.error)
         found = re.search(r"sample #(\d+)", text)
         rows = np.concatenate(failure.in_flight)
-        rows = rows[rows[:, 4] == KIND_DRAW]
+        rows = rows[rows[:, Col.KIND] == KIND_DRAW]
         ordered = [np.concatenate([b[int(found.group(1)):int(found.group(1)) + 1] for b in failure.in_flight]), rows] \
             if found else [rows]
         flag = cv2.IMREAD_GRAYSCALE if self.dataset.spec.color == "gray" else cv2.IMREAD_COLOR

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from enum import IntEnum
 from multiprocessing import shared_memory
 
 import numpy as np
@@ -25,8 +26,26 @@ from .jpeg import decoded_size
 from .reading import OnError, SampleReader
 from .workers import become_worker
 
-KIND_DRAW, KIND_PAD = 0, 1
-ROW = 5  # slot, index, epoch, position, kind
+class Kind(IntEnum):
+    """What fills a slot: a real draw, or padding (the last partial batch, or speculation discarded)."""
+
+    DRAW = 0
+    PAD = 1
+
+
+class Col(IntEnum):
+    """The columns of a slot row: in the ring (``SLOT`` .. ``KIND``) and coming back from DALI (+ ``SERVED``)."""
+
+    SLOT = 0
+    INDEX = 1
+    EPOCH = 2
+    POSITION = 3
+    KIND = 4
+    SERVED = 5
+
+
+KIND_DRAW, KIND_PAD = Kind.DRAW, Kind.PAD
+ROW = Col.KIND + 1  # columns in the ring
 SERVED_BAD = -2  # the "served" column of a draw whose file was bad under on_error="raise"
 WAIT_TIMEOUT_S = 600.0
 
