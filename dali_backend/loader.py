@@ -11,6 +11,7 @@ rebuilds.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import queue
@@ -73,6 +74,18 @@ def _forget_pipelines_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_pipelines_in_child)
+
+
+def _close_runners_at_exit() -> None:
+    """A script that never closes its loader still unlinks the schedule ring (no tracker warning)."""
+    for runner in list(_LIVE_RUNNERS):
+        try:
+            runner.close()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+
+
+atexit.register(_close_runners_at_exit)
 
 
 def _process_dead(pid: int) -> bool:
