@@ -13,6 +13,7 @@ epoch keeps the pending resumption, another epoch cancels it.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import asdict, dataclass, field
 
@@ -59,6 +60,8 @@ class EpochLoaderMixin:
     _resume: tuple[int, int] | None = None  # (epoch, batches already yielded)
     _batches_done: int = 0
     _progress_epoch: int | None = None  # the epoch _batches_done counts
+    _plan_digest: tuple[int, str] | None = None  # (epoch, digest of the running pass's plan)
+    _resume_digest: str | None = None
     _stats: EpochStats | None = None
 
     def set_epoch(self, epoch: int) -> None:
@@ -83,9 +86,9 @@ class EpochLoaderMixin:
     def _begin_epoch(self) -> int:
         """Start accounting an epoch; returns the first batch to produce (non-zero when resuming)."""
         epoch = self._sampler_epoch()
-        start = 0
+        start, self._resume_digest = 0, None
         if self._resume is not None and self._resume[0] == epoch:
-            start = self._resume[1]
+            start, self._resume_digest = self._resume[1], self._resume[2]
         self._resume = None
         draws = len(self.sampler)
         used = len(self) * self.batch_size if self.drop_last else draws
@@ -158,16 +161,35 @@ class EpochLoaderMixin:
         """Where this loader stands: the selected epoch and the batches of it already yielded.
 
         Taken after ``set_epoch(e)`` and before ``e``'s first batch, it says epoch ``e``, 0 batches done
-        (not the previous epoch's count). A pending resumption not yet iterated is kept as it is.
+        (not the previous epoch's count). Taken after a finished pass, it says that epoch, all batches
+        done: resuming it yields an empty pass (the training loop's own ``set_epoch(e + 1)`` moves on).
+        A pending resumption not yet iterated is kept as it is. ``plan`` is a digest of the pass's
+        draws: resuming checks the sampler plans the same ones (a random sampler that does not repeat
+        its order is refused rather than silently resumed wrong).
         """
         epoch = self._sampler_epoch()
+        digest = None
         if self._resume is not None and self._resume[0] == epoch:
-            done = self._resume[1]
+            done, digest = self._resume[1], self._resume[2]
         else:
             done = self._batches_done if self._progress_epoch == epoch else 0
+            if done and self._plan_digest is not None and self._plan_digest[0] == epoch:
+                digest = self._plan_digest[1]
         return {"version": STATE_VERSION, "epoch": epoch, "batches_done": done, "batches_per_epoch": len(self),
                 "batch_size": self.batch_size, "index_fingerprint": self.dataset.index.fingerprint,
-                "sampler": sampler_identity(self.sampler, self.dataset)}
+                "sampler": sampler_identity(self.sampler, self.dataset), "plan": digest}
+
+    def _check_resumable(self, epoch: int, plan: np.ndarray) -> None:
+        """Record this pass's plan; when it resumes a saved state, the plan must be the saved one."""
+        digest = hashlib.blake2b(np.ascontiguousarray(plan[:, :3]).tobytes(), digest_size=16).hexdigest()
+        self._plan_digest = (epoch, digest)
+        if self._resume_digest is not None and self._resume_digest != digest:
+            saved = self._resume_digest
+            self._resume_digest = None
+            raise ConfigError(f"load_state_dict: the sampler plans another order for epoch {epoch} than when the state "
+                              f"was saved (plan {saved[:8]}... now {digest[:8]}...); resuming would repeat or skip "
+                              "samples. Resume with a WeightedSampler (a pure function of seed and epoch) or a "
+                              "sampler that yields the same order again")
 
     def load_state_dict(self, state: dict) -> None:
         """Resume: the next iteration of ``state["epoch"]`` yields only the batches not yet yielded.
@@ -204,6 +226,9 @@ class EpochLoaderMixin:
         if not isinstance(done, (int, np.integer)) or isinstance(done, bool) or not 0 <= done <= len(self):
             raise ConfigError(f"load_state_dict: batches_done={done!r}; must lie in [0, {len(self)}] "
                               "(the batches per epoch)")
+        plan = state.get("plan")
+        if plan is not None and not isinstance(plan, str):
+            raise ConfigError(f"load_state_dict: plan={plan!r}; must be the digest string state_dict() wrote")
         self.set_epoch(int(epoch))
-        self._resume = (int(epoch), int(done))
+        self._resume = (int(epoch), int(done), plan)
         self._batches_done, self._progress_epoch = int(done), int(epoch)

@@ -224,6 +224,9 @@ class SampleIndex:
     def __setattr__(self, name, value):
         raise AttributeError(f"SampleIndex is immutable; cannot set {name!r} (build a new index instead)")
 
+    def __reduce__(self):  # pickling (spawned workers, deepcopy): the slots as they are, no re-validation
+        return _restore_index, (tuple(getattr(self, name) for name in _STATE_SLOTS),)
+
     # ----------------------------------------------------------------------------------- accessors
     @property
     def paths(self) -> StringTable:
@@ -781,6 +784,19 @@ def _nothing_indexed(root: Path, cand: _Candidates, rejected: Sequence[Rejected]
     if hidden:
         text += "; also skipped: " + ", ".join(f"{k}: {v}" for k, v in sorted(hidden.items()))
     return text + (". Fix or remove the rejected files" if rejected else ". Check the path, or convert the images to JPEG")
+
+
+_STATE_SLOTS = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected", "ignored",
+                "fingerprint")
+
+
+def _restore_index(values: tuple) -> SampleIndex:
+    index = SampleIndex.__new__(SampleIndex)
+    for name, value in zip(_STATE_SLOTS, values):
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+        object.__setattr__(index, name, value)
+    return index
 
 
 def split_keys(paths: Iterable[str], seed: int) -> NDArray[np.float64]:

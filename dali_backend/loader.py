@@ -709,6 +709,11 @@ class DaliLoader(EpochLoaderMixin):
     def _rows(self, epoch: int) -> np.ndarray:
         """This rank's planned draws of ``epoch`` as ``[n, 4]`` (index, epoch, position, kind), cut by ``drop_last``."""
         rows = plan_epoch(self.sampler, epoch)
+        n = len(self.dataset.index)
+        if rows.size and (rows[:, 0].min() < 0 or rows[:, 0].max() >= n):
+            bad = int(rows[(rows[:, 0] < 0) | (rows[:, 0] >= n), 0][0])
+            raise IndexError(f"the sampler yielded sample index {bad}, outside [0, {n}) for the {n} samples of the "
+                             "dataset's index; build the sampler on this index")
         if self.drop_last:
             rows = rows[:len(rows) // self.batch_size * self.batch_size]
         return np.concatenate([rows, np.full((len(rows), 1), KIND_DRAW, np.int64)], axis=1)
@@ -729,23 +734,23 @@ class DaliLoader(EpochLoaderMixin):
                                      "DataLoader with persistent workers)")
 
     def _iterate(self, token: int):
+        self._check_current(token)  # an iterator started after a newer one began must not start an epoch
         epoch = self._begin_pass()
-        start = self._begin_epoch()
+        self._begin_epoch()
         plan = self._rows(epoch)
+        self._check_resumable(epoch, plan)
         spec = self.dataset.spec
         while True:
             rows = plan[self._batches_done * self.batch_size:]
             try:
                 for images, labels, planned, served, positions, epochs in self._run(epoch, rows):
                     self._check_current(token)
-                    self._account(planned, served, positions)
                     images = normalize(images, spec)
                     if self.batch_transform is not None:
                         images, labels = self.batch_transform(images, labels)
-                    if self.return_meta:
-                        yield images, labels, self._batch_meta(planned, served, epochs, positions)
-                    else:
-                        yield images, labels
+                    meta = self._batch_meta(planned, served, epochs, positions) if self.return_meta else None
+                    self._account(planned, served, positions)  # counted once nothing can fail before the yield
+                    yield (images, labels) if meta is None else (images, labels, meta)
                     self._check_current(token)
                 break
             except _PipelineFailed as failure:
@@ -755,7 +760,6 @@ class DaliLoader(EpochLoaderMixin):
                 if self._torch is not None:
                     self._torch.stop_workers()  # now, not when the collector gets to this frame's cycle
                 raise
-        del start
         self._end_epoch()
 
     def _run(self, epoch: int, rows: np.ndarray):
@@ -792,12 +796,17 @@ class DaliLoader(EpochLoaderMixin):
 
         reader, text = self.dataset.reader, str(failure.error)
         found = re.search(r"sample #(\d+)", text)
+        if found is None and "decod" not in text.lower():  # not a decoder: a reader callback raised, say
+            raise LoaderWorkerError(f"DALI's pipeline failed: {text.strip()[:3000]}; the next pass starts a new "
+                                    "pipeline") from failure.error
         rows = np.concatenate(failure.in_flight)
         rows = rows[rows[:, Col.KIND] == KIND_DRAW]
         ordered = [np.concatenate([b[int(found.group(1)):int(found.group(1)) + 1] for b in failure.in_flight]), rows] \
             if found else [rows]
         flag = cv2.IMREAD_GRAYSCALE if self.dataset.spec.color == "gray" else cv2.IMREAD_COLOR
-        detail = next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")[:200]
+        noise = ("pipeline object is no longer valid", "critical error", "error in", "encountered", "file ")
+        detail = next((line.strip() for line in reversed(text.splitlines())
+                       if line.strip() and not any(n in line.lower() for n in noise) and "sample #" not in line), "")[:200]
         for candidates in ordered:
             refused = []
             for _, index, epoch, position, kind in candidates.tolist():

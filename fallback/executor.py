@@ -105,9 +105,11 @@ class TorchExecutor:
     def run(self, rows: np.ndarray):
         """Yield ``(uint8 images [B, C, H, W], labels, planned, served, positions, epochs, errors)`` per batch."""
         self.rows = rows
-        batches = iter(self._loader)
+        batches = None
         while True:
             try:
+                if batches is None:  # inside the try: the start of a pass can meet a worker that died before
+                    batches = iter(self._loader)
                 images, labels, meta, errors = next(batches)
             except StopIteration:
                 return

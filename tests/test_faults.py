@@ -21,7 +21,7 @@ import torch
 
 from conftest import jpeg_bytes, write
 from dali_backend import AugmentSpec, BadImageError, ConfigError, DaliLoader, SampleIndex, WeightedSampler
-from dali_backend.errors import LoaderClosedError
+from dali_backend.errors import LoaderClosedError, StaleIteratorError
 from fallback import ImageDataset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -413,3 +413,67 @@ def test_timeout_is_honoured_on_both_backends(small_root, tmp_path, kind):
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RAISED")), proc.stderr[-2000:])
     assert line.startswith("RAISED LoaderTimeoutError"), line
     assert float(line.split()[2]) < 12
+
+
+# ------------------------------------------------------------------------------------ found by a hostile test
+def test_index_and_dataset_pickle_so_spawned_torch_workers_work(small_root):
+    import copy
+    import pickle
+
+    index = SampleIndex.from_folder(small_root, progress=False)
+    again = pickle.loads(pickle.dumps(index))
+    assert again.fingerprint == index.fingerprint and list(again.paths) == list(index.paths)
+    assert copy.deepcopy(index).fingerprint == index.fingerprint
+    with pytest.raises(AttributeError, match="immutable"):
+        again.root = "/elsewhere"
+    loader = make("torch", small_root, num_workers=2, multiprocessing_context="spawn")
+    assert sum(len(y) for _, y in loader) == 24
+    loader.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("bad", [-1, 24])
+def test_sampler_index_out_of_range_is_refused_alike(small_root, kind, bad):
+    loader = make(kind, small_root, sampler=[0, bad, 1])
+    with pytest.raises(IndexError, match=f"sample index {bad}, outside \\[0, 24\\)"):
+        list(loader)
+    loader.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_failing_batch_transform_is_not_counted(small_root, kind):
+    def fail(images, labels):
+        raise ZeroDivisionError("user code")
+
+    loader = make(kind, small_root, batch_transform=fail)
+    with pytest.raises(ZeroDivisionError):
+        list(loader)
+    assert loader.stats()["yielded"] == 0 and loader.state_dict()["batches_done"] == 0
+    loader.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_stale_iterator_does_not_use_up_an_epoch(small_root, kind):
+    loader = make(kind, small_root)
+    with pytest.raises(StaleIteratorError):
+        for _ in zip(loader, loader):
+            pass
+    assert loader.stats() == {}  # the stale iterator started nothing
+    assert len(list(loader)) == 6 and loader.stats()["epoch"] == 0  # epoch 0 was not used up
+    loader.close()
+
+
+def test_resuming_a_sampler_that_changes_its_order_is_refused(small_root):
+    from torch.utils.data import RandomSampler
+
+    index = SampleIndex.from_folder(small_root, progress=False)
+    first = make("torch", small_root, sampler=RandomSampler(range(len(index))))
+    for i, _ in enumerate(first):
+        if i == 1:
+            break
+    state = first.state_dict()
+    other = make("torch", small_root, sampler=RandomSampler(range(len(index))))
+    other.load_state_dict(state)
+    with pytest.raises(ConfigError, match="plans another order"):
+        list(other)
+    first.close(), other.close()
