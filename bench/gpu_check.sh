@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check (../shared/GPU.md) as one run that cannot waste the GPU machine.
 #
-# Prepare here:   ../shared/gpu/stage.sh     (DALI cuda130 wheel set split into .gpu/p1 .. .gpu/pN)
+# Prepare here:   ../shared/gpu/stage.sh psutil simplejpeg tqdm
+#                 (DALI cuda130 wheel set plus what this project needs beyond the GPU machine's torch, numpy,
+#                 OpenCV and pytest: psutil for the benchmark's figures, simplejpeg and tqdm for indexing;
+#                 split into .gpu/p1 .. .gpu/pN)
 #                 bash bench/gpu_check.sh --dry-run    (the whole script on the CPU, GPU parts stubbed)
 # On the device:  one `run` per part but the last, back to back (carry .gpu/pK):
 #                     mkdir -p /tmp/w && cp .gpu/pK/* /tmp/w/
@@ -44,6 +47,9 @@ fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}"
 
 stage "1. versions and one JPEG through the mixed decoder"
+for mod in psutil simplejpeg tqdm; do
+  "$py" -c "import $mod" 2>/dev/null || echo "gpu_check: warning: $mod is not importable (stage it: ../shared/gpu/stage.sh psutil simplejpeg tqdm); stages that need it will fail" | tee -a "$out/stages.log"
+done
 smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee "$out/gpu.txt"
 timeout 20 "$py" -m bench.gpu_probe versions --out "$out" "${probe[@]}" 2>&1 | tee "$out/versions.txt"
 timeout 25 "$py" -m bench.gpu_probe decode --out "$out" "${probe[@]}" 2>&1 | tee "$out/decode.txt"
