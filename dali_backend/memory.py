@@ -3,8 +3,10 @@
 Batches of a few tens of MB are allocated and freed every step. glibc raises its mmap threshold
 after the first such free, so later batches come from the heap, which fragments and grows by about
 one epoch's worth of batches per epoch (measured: +176 MB per 256-image epoch at 256x256 float32).
-``malloc_trim(0)`` after each batch returns the free pages (about 5 ms per 32-image batch here);
-forcing a fixed mmap threshold instead kept RSS flat but cost 20-30% throughput (page faults).
+``malloc_trim(0)`` returns the free pages (about 5 ms per 32-image batch here); forcing a fixed mmap
+threshold instead kept RSS flat but cost 20-30% throughput (page faults). The loaders trim every 8
+batches (:class:`EveryNth`): the heap then holds a bounded few batches, and the batches in between
+reuse its pages instead of faulting fresh ones in (640x480 -> 224: ~0.4 ms per image saved).
 """
 
 from __future__ import annotations
