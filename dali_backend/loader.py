@@ -1,14 +1,20 @@
-"""``DaliLoader``: a drop-in for ``torch.utils.data.DataLoader`` running the contract on DALI.
+"""``DaliLoader``: a drop-in for ``torch.utils.data.DataLoader``, one facade over two executors.
 
-It chooses a backend (DALI on the GPU, DALI on the CPU, or the torch fallback), owns epoch length
-and the last partial batch, and hands batches over through DALI's PyTorch iterator. DALI never sees
-an epoch end (see :mod:`dali_backend.schedule`): the loader schedules draws into an endless slot
-stream a few batches ahead, pads the last partial batch with throw-away slots and trims them, and
-after a ``break`` drains the few batches already scheduled before the next epoch starts. That costs a
-few wasted decodes per early exit and buys exact epochs, any ``set_epoch`` order, and no pipeline
-rebuilds.
+The facade chooses a backend (DALI on the GPU, DALI on the CPU, or the OpenCV executor of
+:mod:`fallback.executor`) and owns what both share: the arguments, passes and epochs, the plan of each
+pass (:func:`~dali_backend.sampler.plan_epoch`), accounting, resumption, bad-file errors,
+normalisation, ``return_meta`` and ``batch_transform``. An executor only turns planned batches into
+uint8 pixels.
+
+The DALI executor (``_DaliRunner``) never lets DALI see an epoch end (see :mod:`dali_backend.schedule`):
+it schedules draws into an endless slot stream a few batches ahead, pads the last partial batch with
+throw-away slots and trims them, and after a ``break`` drains the few batches already scheduled before
+the next pass starts. That costs a few wasted decodes per early exit and buys exact epochs, any
+``set_epoch`` order, and no pipeline rebuilds — except when the pipeline fails (a file DALI's decoder
+refuses, a dead reader worker, an interruption at an unknown point): then the next batch or pass
+builds a new one. DALI runs in a thread of its own, so whichever thread iterates waits with a timeout
+and notices a dead worker.
 """
-
 from __future__ import annotations
 
 import atexit
