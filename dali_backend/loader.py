@@ -653,6 +653,8 @@ class DaliLoader(EpochLoaderMixin):
                    "hw_decoder_load": (hw_decoder_load, 0.65, self.backend != "dali-gpu",
                                        "only the GPU has a hardware JPEG decoder"),
                    "prefetch_queue_depth": (prefetch_queue_depth, 2, not dali, "use prefetch_factor="),
+                   "prefetch_factor": (prefetch_factor, None, not dali and num_workers == 0,
+                                       "without worker processes batches are made on demand"),
                    "py_start_method": (py_start_method, None, not dali, "it starts DALI's reader workers"),
                    "in_order": (in_order, True, True, "batches always come in order"),
                    "multiprocessing_context": (context_method, None, dali and context_method not in (None, "fork", "spawn"),

@@ -383,6 +383,7 @@ def test_return_meta_identifies_every_sample_identically_on_both_backends(small_
     ("dali-cpu", dict(hw_decoder_load=0.9), "hw_decoder_load"),
     ("torch", dict(prefetch_queue_depth=4), "prefetch_queue_depth"),
     ("torch", dict(py_start_method="spawn"), "py_start_method"),
+    ("torch", dict(prefetch_factor=4), "prefetch_factor"),
 ])
 def test_arguments_a_backend_ignores_warn(small_root, kind, kwargs, name):
     with pytest.warns(UserWarning, match=f"{name}=.*has no effect on the {kind} backend"):
