@@ -12,9 +12,9 @@
 #                     mkdir -p /tmp/w && cp .gpu/pN/* /tmp/w/ && bash bench/gpu_check.sh
 # Results (JSON, logs, junit XML) land in $OUT (default out/gpu) as each stage finishes.
 #
-# Stages and their time limits (seconds; 470 in all, under the 8 minutes a device command may spend):
-#   install 60 | versions + one mixed-decoder JPEG 45 | CUDA tests 120 | equivalence 75
-#   | benchmark fallback vs dali-gpu with nvidia-smi dmon 110 | hw_decoder_load sweep 60
+# Stages and their time limits (seconds; a device command may run 10 minutes):
+#   install 50 | versions + one mixed-decoder JPEG 45 | CUDA tests 110 | equivalence 70 | data 40
+#   | benchmark fallback vs dali-gpu with nvidia-smi dmon 100 | hw_decoder_load sweep 60 (475 in all, under 8 min)
 set -uo pipefail
 dry=0
 [ "${1:-}" = "--dry-run" ] && dry=1
@@ -38,7 +38,7 @@ fi
 
 stage "0. install DALI from /tmp/w (if not importable)"
 if ! "$py" -c "import nvidia.dali" 2>/dev/null && ls /tmp/w/wheels.tar.part.* >/dev/null 2>&1; then
-  timeout 60 bash -c "cat /tmp/w/wheels.tar.part.* | tar -x -C /tmp/w && \
+  timeout 50 bash -c "cat /tmp/w/wheels.tar.part.* | tar -x -C /tmp/w && \
     '$py' -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/w/wheels/*.whl" \
     > "$out/install.log" 2>&1
   finish install $?
@@ -61,26 +61,27 @@ if [ "$rc" != 0 ]; then
 fi
 
 stage "2. CUDA-marked tests"
-timeout 120 "$py" -m pytest -q -m cuda -p no:cacheprovider --junitxml="$out/pytest_cuda.xml" tests > "$out/pytest_cuda.log" 2>&1
+timeout 110 "$py" -m pytest -q -m cuda -p no:cacheprovider --junitxml="$out/pytest_cuda.xml" tests > "$out/pytest_cuda.log" 2>&1
 rc=$?
 [ $dry = 1 ] && [ $rc = 5 ] && rc=0  # dry run: every CUDA test is skipped, none collected is fine
 tail -5 "$out/pytest_cuda.log"
 finish pytest "$rc"
 
 stage "3. DALI ($device) vs fallback pixels, row by row"
-timeout 75 "$py" -m bench.equivalence --device "$device" --images 16 --json "$out/equivalence_$device.json" 2>&1 \
+timeout 70 "$py" -m bench.equivalence --device "$device" --images 16 --json "$out/equivalence_$device.json" 2>&1 \
   | tee "$out/equivalence_$device.txt"
 finish equivalence "${PIPESTATUS[0]}"
 
 stage "4. throughput: ${contenders[*]} on $images x $size, GPU sampled by nvidia-smi dmon"
 w=${size%x*}; h=${size#*x}
 data="/tmp/gpu-check-data-$images-$size"
-"$py" -c "from dali_backend.synthetic import generate_defect_dataset as g; g('$data', n=$images, size=($w, $h), seed=0, progress=False)"
+timeout 40 "$py" -c "from dali_backend.synthetic import generate_defect_dataset as g; g('$data', n=$images, size=($w, $h), seed=0, progress=False)"
 if [ $dry = 0 ]; then
   nvidia-smi dmon -s um -o T -d 1 > "$out/dmon.txt" 2>&1 &
   dmon=$!
+  trap '[ -n "${dmon:-}" ] && kill "$dmon" 2>/dev/null' EXIT
 fi
-timeout 110 "$py" -m bench --data "$data" --epochs 2 --only "${contenders[@]}" --no-plot --json "$out/bench.json" 2>&1 \
+timeout 100 "$py" -m bench --data "$data" --epochs 2 --only "${contenders[@]}" --no-plot --json "$out/bench.json" 2>&1 \
   | tail -12 | tee "$out/bench.txt"
 finish bench "${PIPESTATUS[0]}"
 [ $dry = 0 ] && kill "$dmon" 2>/dev/null

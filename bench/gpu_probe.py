@@ -150,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=64)
     args = p.parse_args(argv)
+    if args.step == "sweep" and not args.data:
+        p.error("sweep needs --data ROOT (a folder of root/<class>/*.jpg)")
     return {"versions": cmd_versions, "decode": cmd_decode, "sweep": cmd_sweep}[args.step](args)
 
 

@@ -99,7 +99,10 @@ class EpochLoaderMixin:
     def _account(self, planned: np.ndarray, served: np.ndarray, positions: np.ndarray) -> None:
         """Count one yielded batch: planned and served sample indices and draw positions."""
         st = self._stats
-        num_samples = getattr(self.sampler, "num_samples", None)
+        from .sampler import WeightedSampler
+
+        # only WeightedSampler pads (its positions >= num_samples); others' num_samples mean something else
+        num_samples = self.sampler.num_samples if isinstance(self.sampler, WeightedSampler) else None
         skipped = served != planned
         padded = (positions >= num_samples) & ~skipped if num_samples is not None else np.zeros_like(skipped)
         st.skipped += int(skipped.sum())
@@ -133,7 +136,7 @@ class EpochLoaderMixin:
             from .jpeg import decoded_size
 
             with open(ds.index.abspath(index), "rb") as f:
-                size = decoded_size(f.read(65536))
+                size = decoded_size(f.read())
         out: dict = {}
         for op, values in zip(spec.transforms, spec.make_params(ds.seed, epoch, position, size)):
             name = type(op).__name__

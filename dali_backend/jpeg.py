@@ -222,14 +222,14 @@ def decoded_size(data: bytes | memoryview) -> tuple[int, int] | None:
     """``(height, width)`` of the image the decoders produce from ``data``: the frame header's size,
     swapped when the EXIF orientation (5-8) turns the image by 90 degrees; PNG bytes read from IHDR.
 
-    Reads headers only (microseconds), so the per-draw parameters of size-dependent operations
-    (crops) can be drawn before decoding. None when no size can be found (the decoder refuses such
-    data anyway).
+    Reads headers only (microseconds, whatever the size of APPn segments before the frame: no copy),
+    so the per-draw parameters of size-dependent operations (crops) can be drawn before decoding.
+    None when no frame header is found.
     """
-    data = bytes(data[:65536]) if len(data) > 65536 else bytes(data)
-    if data[:8] == PNG_SIGNATURE and len(data) >= 24:
+    data = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else data
+    if bytes(data[:8]) == PNG_SIGNATURE and len(data) >= 24:
         return int.from_bytes(data[20:24], "big"), int.from_bytes(data[16:20], "big")
-    if data[:2] != SOI:
+    if bytes(data[:2]) != SOI:
         return None
     pos, orientation = 2, 1
     while pos + 4 <= len(data):
@@ -243,7 +243,7 @@ def decoded_size(data: bytes | memoryview) -> tuple[int, int] | None:
             continue
         length = (data[pos] << 8) | data[pos + 1]
         if marker == 0xE1 and orientation == 1:  # the first Exif segment counts, as in libjpeg-turbo users
-            orientation = _exif_orientation(data[pos + 2:pos + length])
+            orientation = _exif_orientation(bytes(data[pos + 2:pos + length]))
         if marker in _SOF_MARKERS and pos + 7 <= len(data):
             height, width = (data[pos + 3] << 8) | data[pos + 4], (data[pos + 5] << 8) | data[pos + 6]
             return (width, height) if orientation >= 5 else (height, width)

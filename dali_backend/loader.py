@@ -162,9 +162,10 @@ def choose_backend(device: str, backend: Backend) -> tuple[str, int | None, str]
     if backend not in ("auto", "dali", "torch"):
         raise ConfigError(f"backend={backend!r}; use 'auto', 'dali' or 'torch'")
     dev = str(device)
-    if dev not in ("auto", "cpu", "cuda", "gpu") and not dev.startswith("cuda:"):
-        raise ConfigError(f"device={device!r}; use 'auto', 'cpu', 'cuda' or 'cuda:N'")
-    explicit_id = int(dev.split(":")[1]) if dev.startswith("cuda:") else None
+    ordinal = dev.split(":", 1)[1] if dev.startswith("cuda:") else None
+    if (dev not in ("auto", "cpu", "cuda", "gpu") and ordinal is None) or (ordinal is not None and not ordinal.isdigit()):
+        raise ConfigError(f"device={device!r}; use 'auto', 'cpu', 'cuda' (or 'gpu') or 'cuda:N' with N a GPU number")
+    explicit_id = int(ordinal) if ordinal is not None else None
     if backend == "torch":
         return "torch", None, "backend='torch' was requested"
     cuda = cuda_device_count() > 0
@@ -187,6 +188,9 @@ def choose_backend(device: str, backend: Backend) -> tuple[str, int | None, str]
         if backend == "dali":
             return "dali-cpu", None, "backend='dali' was requested and CUDA is not available"
         return "torch", None, "CUDA is not available"
+    if explicit_id is not None and explicit_id >= cuda_device_count():
+        raise ConfigError(f"device={device!r} but this process sees {cuda_device_count()} GPU(s); use cuda:0 .. "
+                          f"cuda:{cuda_device_count() - 1} (CUDA_VISIBLE_DEVICES renumbers them)")
     return "dali-gpu", explicit_id if explicit_id is not None else _local_device_id(), f"device={device!r} was requested"
 
 
@@ -326,13 +330,13 @@ class _DaliRunner:
         self.backend, self.on_error, self.timeout = backend, on_error, timeout
         self.gpu = gpu = backend == "dali-gpu"
         self.lookahead = prefetch_queue_depth + 4  # batches written ahead of consumption
-        self.ring = SlotRing(capacity=4 * self.lookahead * batch_size)
-        self.pipe = self.iterator = self._caller = None
+        self.pipe = self.iterator = self._caller = self.ring = None
         self.broken: BaseException | None = None
         self.closed = False
         self._pid = os.getpid()
+        py_start_method = choose_start_method(py_start_method)  # may refuse: before any shared memory exists
+        self.ring = SlotRing(capacity=4 * self.lookahead * batch_size)
         source = DrawSource(dataset.reader, dataset.spec, on_error, self.ring)  # the dataset's reader: shares its cache
-        py_start_method = choose_start_method(py_start_method)
         # torchrun starts one process per GPU on a node: share the node's cores between them
         threads = num_workers if num_workers > 0 else max(1, len(os.sched_getaffinity(0)) // local_ranks()[1])
         # Python workers only read files (checked bytes); DALI's threads decode. One reader kept up
@@ -378,11 +382,14 @@ class _DaliRunner:
                 raise error
 
     def _fill(self) -> None:
+        ring = self.ring
+        if ring is None:
+            raise LoaderClosedError("the DaliLoader was closed while this iterator was open")
         while len(self._queue) < self.lookahead:
             key, b, rows = next(self._stream)
             slots = np.arange(self._next_slot, self._next_slot + len(rows), dtype=np.int64)
             for slot, r in zip(slots, rows):
-                self.ring.write(int(slot), int(r[0]), int(r[1]), int(r[2]), int(r[3]))
+                ring.write(int(slot), int(r[0]), int(r[1]), int(r[2]), int(r[3]))
             self._next_slot += len(rows)
             self._queue.append((key, b, np.concatenate([slots[:, None], rows], axis=1)))
 
@@ -402,7 +409,10 @@ class _DaliRunner:
         A Ctrl-C during the wait leaves DALI to finish the batch in its thread; the runner stays
         consistent (that batch was already taken off the schedule) and the next call drops its result.
         """
-        rid = self._caller.submit(self._produce)
+        caller = self._caller
+        if caller is None:
+            raise LoaderClosedError("the DaliLoader was closed while this iterator was open")
+        rid = caller.submit(self._produce)
         deadline = time.monotonic() + self.timeout if self.timeout > 0 else None
 
         def poll():
@@ -414,7 +424,7 @@ class _DaliRunner:
                 raise error
 
         try:
-            out, done = self._caller.wait(rid, poll)
+            out, done = caller.wait(rid, poll)
         except KeyboardInterrupt:
             self._clean_interrupt = True
             raise
@@ -520,6 +530,7 @@ class _DaliRunner:
         if os.getpid() != self._pid:
             return  # a forked copy: the creator owns the pipeline and the shared memory
         self.closed = True
+        _LIVE_RUNNERS.discard(self)
         if self._caller is not None and not self._caller.stop():
             _STUCK.append((self.pipe, self.iterator, self._caller))  # destroying them would hang this thread
         self._caller = None
@@ -628,7 +639,7 @@ class DaliLoader(EpochLoaderMixin):
             raise ConfigError(f"DaliLoader: worker_init_fn={worker_init_fn!r}; pass a function fn(worker_id)")
         if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
             raise ConfigError(f"DaliLoader: batch_size={batch_size!r}; must be a positive integer")
-        if not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
+        if not isinstance(num_workers, (int, np.integer)) or isinstance(num_workers, bool) or num_workers < 0:
             raise ConfigError(f"DaliLoader: num_workers={num_workers!r}; must be a non-negative integer")
         if sampler is not None and shuffle:
             raise ConfigError("DaliLoader: sampler and shuffle=True are mutually exclusive (as in DataLoader); drop one")
@@ -636,9 +647,9 @@ class DaliLoader(EpochLoaderMixin):
             raise ConfigError(f"DaliLoader: prefetch_factor={prefetch_factor!r}; must be a positive integer or None")
         if not isinstance(prefetch_queue_depth, int) or prefetch_queue_depth < 1:
             raise ConfigError(f"DaliLoader: prefetch_queue_depth={prefetch_queue_depth!r}; must be >= 1")
-        if not 0.0 <= hw_decoder_load <= 1.0:
-            raise ConfigError(f"DaliLoader: hw_decoder_load={hw_decoder_load!r}; must lie in [0, 1]")
-        if not isinstance(timeout, (int, float)) or timeout < 0:
+        if not isinstance(hw_decoder_load, (int, float)) or not 0.0 <= hw_decoder_load <= 1.0:
+            raise ConfigError(f"DaliLoader: hw_decoder_load={hw_decoder_load!r}; must be a number in [0, 1]")
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout < 0:
             raise ConfigError(f"DaliLoader: timeout={timeout!r}; must be a non-negative number of seconds (0: none)")
         self.backend, device_id, reason = choose_backend(device, backend)
         if device == "auto" and backend == "auto":
@@ -679,7 +690,7 @@ class DaliLoader(EpochLoaderMixin):
         self._closed = False
         self._pass = 0  # passes started; an iterator of an older pass is stale
         self._epoch_chosen = False  # set_epoch/load_state_dict since the last pass began
-        self._last_pass_epoch: int | None = None
+        self._last_pass_epoch: tuple | None = None  # (epoch, the sampler's set_epoch count) of the last pass
         self._runner = self._torch = None
         if not dali:
             self._torch = own("fallback.executor").TorchExecutor(
@@ -705,14 +716,19 @@ class DaliLoader(EpochLoaderMixin):
         self._epoch_chosen = True
 
     def _begin_pass(self) -> int:
-        """Choose this pass's epoch: the one selected since the last pass, else the next one."""
-        current = self._sampler_epoch()
+        """Choose this pass's epoch: the one selected since the last pass, else the next one.
+
+        Selected means ``set_epoch`` on the loader, ``load_state_dict``, or the sampler's own
+        ``set_epoch`` (a :class:`WeightedSampler` counts its calls; other samplers are compared by
+        their ``epoch`` value).
+        """
+        current = (self._sampler_epoch(), getattr(self.sampler, "epoch_calls", None))
         if self._last_pass_epoch is not None and not self._epoch_chosen and current == self._last_pass_epoch:
-            super().set_epoch(current + 1)
-            current = self._sampler_epoch()
+            super().set_epoch(current[0] + 1)
+            current = (self._sampler_epoch(), getattr(self.sampler, "epoch_calls", None))
         self._epoch_chosen = False
         self._last_pass_epoch = current
-        return current
+        return current[0]
 
     def _rows(self, epoch: int) -> np.ndarray:
         """This rank's planned draws of ``epoch`` as ``[n, 4]`` (index, epoch, position, kind), cut by ``drop_last``."""
@@ -764,9 +780,11 @@ class DaliLoader(EpochLoaderMixin):
             except _PipelineFailed as failure:
                 self._runner.close()
                 self._refuse_files_dali_failed_on(failure)  # then a new pipeline resumes at the same batch
-            except BaseException:
-                if self._torch is not None:
-                    self._torch.stop_workers()  # now, not when the collector gets to this frame's cycle
+            except (Exception, KeyboardInterrupt):
+                # Stop this pass's workers now, not when the collector gets to the traceback's cycle; an
+                # abandoned (GeneratorExit) or stale iterator must leave the shared DataLoader iterator alone.
+                if self._torch is not None and token == self._pass:
+                    self._torch.stop_workers()
                 raise
         self._end_epoch()
 

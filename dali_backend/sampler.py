@@ -231,6 +231,7 @@ class WeightedSampler(Sampler[Draw]):
         if not isinstance(epoch, (int, np.integer)) or epoch < 0:
             raise ConfigError(f"set_epoch({epoch!r}): epoch must be a non-negative integer")
         self.epoch = int(epoch)
+        self.epoch_calls = getattr(self, "epoch_calls", 0) + 1  # a loader tells "chosen again" from "untouched"
 
     def global_draw(self, epoch: int | None = None) -> NDArray[np.int64]:
         """The epoch's draw for all ranks together, before padding."""

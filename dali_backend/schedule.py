@@ -143,6 +143,9 @@ class DrawSource:
                 served, data = self.reader.serve(index, epoch, position, self.on_error,
                                                  lambda j: self.reader.read(j, epoch))
                 size = decoded_size(data) if self.spec.needs_size else None
+                if size is None and self.spec.needs_size:
+                    raise BadImageError(self.reader.path(served), served, int(self.reader.labels[served]), epoch,
+                                        "no JPEG frame header found, so its size-dependent operations cannot be drawn")
                 label = int(self.reader.labels[served])
                 p = self.spec.make_params(self.reader.seed, epoch, position, size)
             except BadImageError:

@@ -34,6 +34,8 @@ def normalize(batch: torch.Tensor, spec: AugmentSpec) -> torch.Tensor:
             shift_t = torch.from_numpy(shift).view(c, 1, 1).to(batch.device)
             out = torch.addcmul(shift_t, batch.to(torch.float32), scale_t)
         out = out if spec.dtype == "float32" else out.to(_DTYPES[spec.dtype])
+    if batch.device.type == "cpu" and batch.is_pinned() and not out.is_pinned():
+        out = out.pin_memory()  # pin_memory=True: the batch handed over is pinned, as DataLoader's are
     if getattr(spec, "channels_last", False) and out.dim() == 4:
         out = out.contiguous(memory_format=torch.channels_last)
     return out

@@ -9,6 +9,7 @@ names the CPU path explicitly; ``DaliLoader`` chooses it by itself on machines w
 
 from __future__ import annotations
 
+from dali_backend.errors import ConfigError
 from dali_backend.loader import DaliLoader
 from dali_backend.sampler import default_sampler  # noqa: F401  (re-exported for older imports)
 
@@ -26,7 +27,7 @@ class FallbackLoader(DaliLoader):
                  num_workers: int = 0, drop_last: bool = False, pin_memory: bool = False, seed: int = 0, **kwargs):
         for name in ("device", "backend"):
             if name in kwargs:
-                raise TypeError(f"FallbackLoader runs on the CPU with the torch backend; drop {name}= "
-                                "(DaliLoader chooses between backends)")
+                raise ConfigError(f"FallbackLoader: {name}={kwargs[name]!r}; it runs on the CPU with the torch "
+                                  "backend: drop it, or use DaliLoader, which chooses between backends")
         super().__init__(dataset, batch_size, shuffle, sampler, num_workers=num_workers, drop_last=drop_last,
                          pin_memory=pin_memory, seed=seed, device="cpu", backend="torch", **kwargs)

@@ -195,3 +195,69 @@ def test_both_recipes_run_on_both_backends_with_equal_pixels(defect_index, recip
         assert torch.equal(y, v) and x.shape == u.shape == (10, 3, 64, 64)
         diff = (x - u).abs() / one_level
         assert diff.max() <= 2.01 and diff.mean() <= 0.05, (recipe, float(diff.max()), float(diff.mean()))
+
+
+# ------------------------------------------------------------------------------------ found by a review
+def test_dropping_an_old_iterator_does_not_cut_the_new_pass(ds):
+    loader = DaliLoader(ds, batch_size=10, num_workers=2, device="cpu", backend="torch")
+    old = iter(loader)
+    next(old)
+    new = iter(loader)
+    got = [next(new)]
+    del old  # GeneratorExit in the stale generator: the shared DataLoader iterator must be left alone
+    got += list(new)
+    st = loader.stats()
+    assert len(got) == 6 and st["yielded"] == 60 and st["accounted"] == st["draws"]
+    for _ in loader:  # a break keeps the persistent workers
+        break
+    assert len(list(loader)) == 6
+    loader.close()
+
+
+def test_samplers_own_set_epoch_repeated_is_respected(ds):
+    sampler = WeightedSampler(ds.index, seed=1, num_samples=20)
+    loader = DaliLoader(ds, batch_size=10, sampler=sampler, device="cpu", backend="torch")
+    sampler.set_epoch(0)
+    first = [y for _, y in loader]
+    sampler.set_epoch(0)  # chosen again: the same epoch, not the next one
+    again = [y for _, y in loader]
+    assert loader.stats()["epoch"] == 0 and all(torch.equal(a, b) for a, b in zip(first, again))
+    assert [y for _, y in loader] and loader.stats()["epoch"] == 1  # untouched: the next epoch
+
+
+def test_other_samplers_num_samples_is_not_padding(ds):
+    loader = DaliLoader(ds, batch_size=4, sampler=RandomSampler(ds, num_samples=6), device="cpu", backend="torch")
+    list(loader)
+    st = loader.stats()
+    assert st["yielded"] == 6 and st["padded"] == 0
+    loader.close()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(device="cuda:x"), "cuda:N"), (dict(timeout=True), "timeout=True"), (dict(num_workers=True), "num_workers"),
+    (dict(hw_decoder_load="a"), "hw_decoder_load"),
+])
+def test_bad_arguments_are_config_errors(ds, kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        DaliLoader(ds, **kwargs)
+
+
+def test_size_dependent_ops_with_a_huge_header_agree(tmp_path):
+    """A valid JPEG whose ICC segment is larger than 64 KiB: its size is still read from the header."""
+    from conftest import jpeg_bytes, write
+    from dali_backend import SampleIndex
+    from dali_backend.transforms import RandomResizedCrop
+
+    icc = b"ICC_PROFILE\x00\x01\x01" + bytes(65000)
+    for k in range(4):
+        d = jpeg_bytes(40, 60, seed=k, color=True)
+        write(tmp_path / "a" / f"{k}.jpg", d[:2] + b"\xff\xe2" + (len(icc) + 2).to_bytes(2, "big") + icc + d[2:])
+    index = SampleIndex.from_folder(tmp_path, progress=False)
+    spec = AugmentSpec(ops=[RandomResizedCrop(16)])
+    out = {}
+    for kind, args in KINDS.items():
+        loader = DaliLoader(ImageDataset(index, spec, seed=1), batch_size=4, return_meta=True, **args)
+        out[kind] = list(loader)
+        loader.close()
+    (x, y, m), (u, v, n) = out["dali-cpu"][0], out["torch"][0]
+    assert m["params"] == n["params"] and torch.equal(y, v) and (x - u).abs().max() <= 0.05
