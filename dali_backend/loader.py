@@ -21,6 +21,7 @@ import atexit
 import logging
 import os
 import queue
+import sys
 import threading
 import time
 import warnings
@@ -54,28 +55,26 @@ _CHILD_KEEPALIVE: list = []
 
 
 def _forget_pipelines_in_child() -> None:
-    if not _LIVE_RUNNERS:
-        return
+    dali_pipeline = sys.modules.get("nvidia.dali.pipeline")
+    if dali_pipeline is None:
+        return  # no DALI pipeline can exist in this process
     import ctypes
 
-    pipes = set()
-    for runner in list(_LIVE_RUNNERS):
-        for obj in (runner, runner.pipe, runner.iterator):
-            if obj is not None:
-                ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))  # never freed in this process
-                _CHILD_KEEPALIVE.append(obj)
-        pipes.add(id(runner.pipe))
-    try:
-        from nvidia.dali.pipeline import Pipeline
-
-        Pipeline._pipes.clear()  # DALI's atexit hook would shut the parent's pipelines down from here
-    except (ImportError, AttributeError):
-        pass
+    keep = [obj for runner in list(_LIVE_RUNNERS) for obj in (runner, runner.pipe, runner.iterator) if obj is not None]
+    # every DALI pipeline of the parent, also those of closed loaders the collector has not freed yet:
+    # freeing one here (the collector runs in the child too) would run its destructor without its threads
+    pipes = getattr(getattr(dali_pipeline, "Pipeline", None), "_pipes", set())
+    keep += [p for p in (ref() for ref in list(pipes)) if p is not None]
+    for obj in keep:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))  # never freed in this process
+        _CHILD_KEEPALIVE.append(obj)
+    ids = {id(obj) for obj in keep}
+    pipes.clear()  # DALI's atexit hook would shut the parent's pipelines down from here
     # DALI closes a pipeline's worker pool in a weakref.finalize, which also runs at exit: from here it
     # would close the parent's shared task queues, and the parent's reader workers would stop.
     for fin in list(getattr(weakref.finalize, "_registry", {})):
         target = fin.peek()
-        if target is not None and id(target[0]) in pipes:
+        if target is not None and id(target[0]) in ids:
             fin.detach()
 
 
@@ -243,7 +242,11 @@ def plan_stream(key, rows: np.ndarray, plan_next, batch_size: int):
         yield "pad", 0, pad
 
 
-class _PipelineFailed(Exception):
+class ExecutorFailed(Exception):
+    """An executor's ``run`` failed in a way its ``recover`` can repair; then the facade resumes the pass."""
+
+
+class _PipelineFailed(ExecutorFailed):
     """DALI's pipeline raised (its decoder refused a file, typically); the pipeline is unusable now."""
 
     def __init__(self, error: BaseException, in_flight: list[np.ndarray]):
@@ -547,6 +550,94 @@ class _DaliRunner:
             pass
 
 
+class _DaliExecutor:
+    """The DALI executor: planned batches in, uint8 batches out, through a :class:`_DaliRunner`.
+
+    The runner is rebuilt when it fails (a dead worker, DALI's error, an interruption at an unknown
+    point). When DALI raises, ``run`` raises :class:`ExecutorFailed`; ``recover`` finds the file
+    DALI's decoder refused among the draws in flight and marks it refused for the reader (``on_error``
+    then applies to it), and the facade resumes at the batch that failed.
+    """
+
+    def __init__(self, dataset, on_error: str, runner_args: tuple):
+        self.dataset, self.on_error, self._runner_args = dataset, on_error, runner_args
+        self.runner: _DaliRunner | None = _DaliRunner(*runner_args)
+        self.device = self.runner.device
+
+    def run(self, rows: np.ndarray, key, plan_next):
+        """Batches of ``rows``; see :meth:`_DaliRunner.run`."""
+        return self._live_runner().run(key, rows, plan_next)
+
+    def recover(self, failure: ExecutorFailed) -> None:
+        """Close the failed pipeline and mark the file its decoder refused (or raise DALI's error)."""
+        if self.runner is not None:
+            self.runner.close()
+        self._refuse_files_dali_failed_on(failure)
+
+    def _live_runner(self) -> _DaliRunner:
+        runner = self.runner
+        if runner is None or runner.broken is not None:
+            if runner is not None:
+                log.info("DaliLoader: starting a new DALI pipeline (the previous one failed: %s)",
+                         str(runner.broken).splitlines()[0] if str(runner.broken) else type(runner.broken).__name__)
+                runner.close()
+            self.runner = runner = _DaliRunner(*self._runner_args)
+        return runner
+
+    def _refuse_files_dali_failed_on(self, failure: ExecutorFailed) -> None:
+        """Find the file(s) DALI's decoder refused among the draws in flight and mark them refused.
+
+        DALI's pipeline cannot skip a sample, and its error names only the position in some prefetched
+        batch ("Failed to decode sample #3"). The draws in flight at that position (then all of them)
+        are served again here as the worker served them and decoded with OpenCV, the fallback's decoder.
+        If none is refused, the error is DALI's own, and it is raised.
+        """
+        import re
+
+        import cv2
+
+        reader, text = self.dataset.reader, str(failure.error)
+        found = re.search(r"sample #(\d+)", text)
+        if found is None and "decod" not in text.lower():  # not a decoder: a reader callback raised, say
+            raise LoaderWorkerError(f"DALI's pipeline failed: {text.strip()[:3000]}; the next pass starts a new "
+                                    "pipeline") from failure.error
+        rows = np.concatenate(failure.in_flight)
+        rows = rows[rows[:, Col.KIND] == KIND_DRAW]
+        ordered = [np.concatenate([b[int(found.group(1)):int(found.group(1)) + 1] for b in failure.in_flight]), rows] \
+            if found else [rows]
+        flag = cv2.IMREAD_GRAYSCALE if self.dataset.spec.color == "gray" else cv2.IMREAD_COLOR
+        noise = ("pipeline object is no longer valid", "critical error", "error in", "encountered", "file ")
+        detail = next((line.strip() for line in reversed(text.splitlines())
+                       if line.strip() and not any(n in line.lower() for n in noise) and "sample #" not in line), "")[:200]
+        for candidates in ordered:
+            refused = []
+            for _, index, epoch, position, kind in candidates.tolist():
+                if kind != KIND_DRAW:
+                    continue
+                try:
+                    served, data = reader.serve(index, epoch, position, self.on_error, lambda j: reader.read(j, epoch))
+                except BadImageError:
+                    continue  # served as a marker; not what DALI decoded
+                if served not in reader.refused and cv2.imdecode(data, flag) is None:
+                    reader.refused[served] = f"the JPEG decoder refused it ({detail or 'corrupt JPEG data'})"
+                    refused.append(reader.path(served))
+            if refused:
+                log.warning("DaliLoader: DALI's decoder refused %s; on_error=%r applies to it from now on, and the "
+                            "pass resumes at the batch that failed with a new pipeline", ", ".join(refused), self.on_error)
+                return
+        raise LoaderWorkerError(f"DALI's pipeline failed and none of the {len(rows)} files in flight fails OpenCV's "
+                                f"decoder, so the file cannot be named: {text.strip()[:1500]}. The next iteration "
+                                "starts a new pipeline; backend='torch' decodes with OpenCV instead") from failure.error
+
+    def abandon(self) -> None:
+        """A pass ended with an error: nothing to stop (the runner keeps or rebuilds its pipeline)."""
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+            self.runner = None
+
+
 class DaliLoader(EpochLoaderMixin):
     """Drop-in for ``DataLoader`` over an :class:`ImageDataset`, on DALI when it can.
 
@@ -691,23 +782,21 @@ class DaliLoader(EpochLoaderMixin):
         self._pass = 0  # passes started; an iterator of an older pass is stale
         self._epoch_chosen = False  # set_epoch/load_state_dict since the last pass began
         self._last_pass_epoch: tuple | None = None  # (epoch, the sampler's set_epoch count) of the last pass
-        self._runner = self._torch = None
         if not dali:
-            self._torch = own("fallback.executor").TorchExecutor(
+            self._executor = own("fallback.executor").TorchExecutor(
                 dataset, self.batch_size, self.on_error, num_workers=self.num_workers, pin_memory=pin_memory,
                 timeout=timeout, worker_init_fn=worker_init_fn, prefetch_factor=prefetch_factor,
                 persistent_workers=persistent_workers, multiprocessing_context=context, pin_memory_device=pin_memory_device)
-            self.device = self._torch.device
         else:
             if py_start_method is None and context_method in ("fork", "spawn"):
                 py_start_method = context_method
             if prefetch_factor is not None and prefetch_queue_depth == 2:
                 prefetch_queue_depth = prefetch_factor
-            self._runner_args = (dataset, self.batch_size, self.backend, device_id, self.num_workers,
-                                 prefetch_queue_depth, hw_decoder_load, py_start_method, self.on_error, float(timeout),
-                                 worker_init_fn)
-            self._runner = _DaliRunner(*self._runner_args)  # workers start now, before the user's CUDA work
-            self.device = self._runner.device
+            # workers start now, before the user's CUDA work
+            self._executor = _DaliExecutor(dataset, self.on_error, (
+                dataset, self.batch_size, self.backend, device_id, self.num_workers, prefetch_queue_depth,
+                hw_decoder_load, py_start_method, self.on_error, float(timeout), worker_init_fn))
+        self.device = self._executor.device
 
     # ------------------------------------------------------------------ epochs and passes
     def set_epoch(self, epoch: int) -> None:
@@ -777,93 +866,31 @@ class DaliLoader(EpochLoaderMixin):
                     yield (images, labels) if meta is None else (images, labels, meta)
                     self._check_current(token)
                 break
-            except _PipelineFailed as failure:
-                self._runner.close()
-                self._refuse_files_dali_failed_on(failure)  # then a new pipeline resumes at the same batch
+            except ExecutorFailed as failure:
+                self._executor.recover(failure)  # DALI: a file its decoder refused; then resume at this batch
             except (Exception, KeyboardInterrupt):
                 # Stop this pass's workers now, not when the collector gets to the traceback's cycle; an
-                # abandoned (GeneratorExit) or stale iterator must leave the shared DataLoader iterator alone.
-                if self._torch is not None and token == self._pass:
-                    self._torch.stop_workers()
+                # abandoned (GeneratorExit) or stale iterator must leave a shared executor alone.
+                if token == self._pass:
+                    self._executor.abandon()
                 raise
         self._end_epoch()
 
     def _run(self, epoch: int, rows: np.ndarray):
-        if self._torch is not None:
-            return self._torch.run(rows)
-        runner = self._live_runner()
-        pure = isinstance(self.sampler, WeightedSampler)
-        key = (id(self.sampler), epoch, self._batches_done) if pure else None
-        return runner.run(key, rows, self._rows)
+        key = (id(self.sampler), epoch, self._batches_done) if isinstance(self.sampler, WeightedSampler) else None
+        return self._executor.run(rows, key, self._rows)
 
-    def _live_runner(self) -> _DaliRunner:
-        """The runner, or a new one where the last failed (a dead worker, DALI's error, an interruption)."""
-        runner = self._runner
-        if runner is None or runner.broken is not None:
-            if runner is not None:
-                log.info("DaliLoader: starting a new DALI pipeline (the previous one failed: %s)",
-                         str(runner.broken).splitlines()[0] if str(runner.broken) else type(runner.broken).__name__)
-                runner.close()
-            self._runner = runner = _DaliRunner(*self._runner_args)
-        return runner
-
-    def _refuse_files_dali_failed_on(self, failure: _PipelineFailed) -> None:
-        """Find the file(s) DALI's decoder refused among the draws in flight and mark them refused.
-
-        DALI's pipeline cannot skip a sample, and its error names only the position in some prefetched
-        batch ("Failed to decode sample #3"). The draws in flight at that position (then all of them)
-        are served again here as the worker served them and decoded with OpenCV, the fallback's decoder.
-        Refused files then count as bad files on this loader (``on_error`` applies) and the epoch
-        resumes at the batch that failed; if none is found, the error is DALI's, and it is raised.
-        """
-        import re
-
-        import cv2
-
-        reader, text = self.dataset.reader, str(failure.error)
-        found = re.search(r"sample #(\d+)", text)
-        if found is None and "decod" not in text.lower():  # not a decoder: a reader callback raised, say
-            raise LoaderWorkerError(f"DALI's pipeline failed: {text.strip()[:3000]}; the next pass starts a new "
-                                    "pipeline") from failure.error
-        rows = np.concatenate(failure.in_flight)
-        rows = rows[rows[:, Col.KIND] == KIND_DRAW]
-        ordered = [np.concatenate([b[int(found.group(1)):int(found.group(1)) + 1] for b in failure.in_flight]), rows] \
-            if found else [rows]
-        flag = cv2.IMREAD_GRAYSCALE if self.dataset.spec.color == "gray" else cv2.IMREAD_COLOR
-        noise = ("pipeline object is no longer valid", "critical error", "error in", "encountered", "file ")
-        detail = next((line.strip() for line in reversed(text.splitlines())
-                       if line.strip() and not any(n in line.lower() for n in noise) and "sample #" not in line), "")[:200]
-        for candidates in ordered:
-            refused = []
-            for _, index, epoch, position, kind in candidates.tolist():
-                if kind != KIND_DRAW:
-                    continue
-                try:
-                    served, data = reader.serve(index, epoch, position, self.on_error, lambda j: reader.read(j, epoch))
-                except BadImageError:
-                    continue  # served as a marker; not what DALI decoded
-                if served not in reader.refused and cv2.imdecode(data, flag) is None:
-                    reader.refused[served] = f"the JPEG decoder refused it ({detail or 'corrupt JPEG data'})"
-                    refused.append(reader.path(served))
-            if refused:
-                log.warning("DaliLoader: DALI's decoder refused %s; on_error=%r applies to it from now on, and "
-                            "the epoch resumes at batch %d with a new pipeline", ", ".join(refused), self.on_error,
-                            self._batches_done)
-                return
-        raise LoaderWorkerError(f"DALI's pipeline failed and none of the {len(rows)} files in flight fails OpenCV's "
-                                f"decoder, so the file cannot be named: {text.strip()[:1500]}. The next iteration "
-                                "starts a new pipeline; backend='torch' decodes with OpenCV instead") from failure.error
+    @property
+    def _runner(self) -> _DaliRunner | None:
+        """The DALI executor's current runner (None on the torch backend)."""
+        return getattr(self._executor, "runner", None)
 
     def close(self) -> None:
         """Stop the workers and free shared memory now (also done once nothing uses them).
 
         Iterators still open raise :class:`LoaderClosedError` on their next batch."""
         self._closed = True
-        if self._runner is not None:
-            self._runner.close()
-            self._runner = None
-        if self._torch is not None:
-            self._torch.close()
+        self._executor.close()
 
     def __enter__(self) -> DaliLoader:
         return self

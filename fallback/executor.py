@@ -102,8 +102,10 @@ class TorchExecutor:
             prefetch_factor=prefetch_factor if workers else None, persistent_workers=persistent_workers and workers,
             multiprocessing_context=multiprocessing_context if workers else None, **extra)
 
-    def run(self, rows: np.ndarray):
-        """Yield ``(uint8 images [B, C, H, W], labels, planned, served, positions, epochs, errors)`` per batch."""
+    def run(self, rows: np.ndarray, key=None, plan_next=None):
+        """Yield ``(uint8 images [B, C, H, W], labels, planned, served, positions, epochs)`` per batch.
+
+        ``key`` and ``plan_next`` (planning ahead) are the DALI executor's; this one plans per pass."""
         self.rows = rows
         batches = None
         while True:
@@ -150,4 +152,8 @@ class TorchExecutor:
             it._shutdown_workers()
         self._loader._iterator = None
 
-    close = stop_workers
+    abandon = close = stop_workers
+
+    def recover(self, failure: BaseException) -> None:
+        """Nothing this executor raises can be repaired in place."""
+        raise failure
