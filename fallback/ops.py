@@ -117,7 +117,7 @@ def resize(img: Image, height: int, width: int) -> Image:
     h0, w0 = img.shape[:2]
     if (h0, w0) == (height, width):
         return img.copy()
-    t = torch.from_numpy(np.ascontiguousarray(img))
+    t = torch.from_numpy(np.ascontiguousarray(_owned(img)))
     t = t[None, None] if img.ndim == 2 else t.permute(2, 0, 1)[None]
     with torch.no_grad():
         out_t = torch.nn.functional.interpolate(t.float(), size=(height, width), mode="bilinear",
@@ -191,8 +191,14 @@ def apply_spec(decoded: Image, spec: AugmentSpec, params: list[dict]) -> NDArray
     img = decoded
     for op, p in zip(spec.transforms, params, strict=True):
         if not op.is_identity:
-            img = op.apply(img, p)
+            img = _owned(op.apply(img, p))
     return img[None] if img.ndim == 2 else np.ascontiguousarray(img.transpose(2, 0, 1))
+
+
+def _owned(img: Image) -> Image:
+    """``img`` with positive strides: ``np.ascontiguousarray`` keeps a negative stride on an axis of
+    length 1 (a flipped 1-pixel-wide image), which torch and OpenCV refuse."""
+    return img.copy() if any(st < 0 for st in img.strides) else img
 
 
 def augment(decoded: Image, spec: AugmentSpec, params: AugParams) -> NDArray[np.uint8]:

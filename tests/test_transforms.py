@@ -12,7 +12,7 @@ import pytest
 
 from bench.equivalence import EXAMPLES, compare_end_to_end, diff_stats, example_ops, rgb_images, run_transform_dali
 from bench.equivalence import test_images as make_test_images
-from dali_backend import AugmentSpec, ConfigError, SampleIndex, WeightedSampler, draw_params
+from dali_backend import AugmentSpec, ConfigError, DaliLoader, SampleIndex, WeightedSampler, draw_params
 from dali_backend import transforms as T
 from dali_backend.jpeg import decoded_size
 from fallback import ImageDataset, ops
@@ -291,3 +291,49 @@ def test_channels_last_and_bfloat16_output(defect_index):
     x, _ = next(iter(FallbackLoader(ImageDataset(defect_index, spec), batch_size=2)))
     assert x.dtype == torch.bfloat16 and x.shape == (2, 3, 16, 16) and x.is_contiguous(memory_format=torch.channels_last)
     assert pathlib.Path(T.__file__).parent.name == "transforms"
+
+
+# ------------------------------------------------------------------------------------ found by a hostile test
+@pytest.mark.parametrize("make, match", [
+    (lambda: T.RandomCrop(10, padding=1.5), "RandomCrop.*invalid arguments"),
+    (lambda: T.GaussianBlur(3.0), "GaussianBlur.*invalid arguments"),
+    (lambda: T.GaussianBlur(3, sigma="x"), "GaussianBlur.*invalid arguments"),
+    (lambda: T.Normalize("abc", (1, 1, 1)), "Normalize.*invalid arguments"),
+    (lambda: T.RandomResizedCrop(8, ratio=(1.0, float("inf"))), "ratio must hold finite numbers"),
+    (lambda: T.GaussianBlur(3, sigma=float("inf")), "sigma must hold finite numbers"),
+    (lambda: T.Normalize((0.5, float("nan"), 0.5), (1, 1, 1)), "mean must hold finite numbers"),
+])
+def test_wrong_argument_types_and_non_finite_numbers_are_config_errors(make, match):
+    with pytest.raises(ConfigError, match=match):
+        make()
+
+
+@pytest.mark.parametrize("kind", ["dali-cpu", "torch"])
+def test_flips_of_one_pixel_wide_images_work_on_both_backends(tmp_path, kind):
+    from conftest import jpeg_bytes, write
+
+    write(tmp_path / "a" / "row.jpg", jpeg_bytes(1, 10, seed=1))
+    write(tmp_path / "a" / "col.jpg", jpeg_bytes(10, 1, seed=2))
+    index = SampleIndex.from_folder(tmp_path, progress=False)
+    spec = AugmentSpec(ops=[T.RandomVerticalFlip(1.0), T.RandomHorizontalFlip(1.0), T.Resize((4, 4)), T.ToDtype("uint8")])
+    device, backend = ("cpu", "dali") if kind == "dali-cpu" else ("cpu", "torch")
+    loader = DaliLoader(ImageDataset(index, spec), batch_size=2, device=device, backend=backend)
+    (x, y), = list(loader)
+    assert x.shape == (2, 3, 4, 4)
+    loader.close()
+
+
+def test_from_torchvision_reports_unreadable_arguments_and_keeps_antialias():
+    class RandomResizedCrop:
+        size, scale, ratio, antialias = (8, 8), (0.5, 1.0), (0.75, 1.33), False
+
+    class Resize:
+        size, max_size, antialias = None, 64, True
+
+    class CenterCrop:
+        size = "abc"
+
+    spec_ops = AugmentSpec.from_torchvision([RandomResizedCrop()]).transforms
+    assert spec_ops[0].antialias is False
+    with pytest.raises(ConfigError, match=r"\[0\] Resize .*\[1\] CenterCrop"):
+        AugmentSpec.from_torchvision([Resize(), CenterCrop()])

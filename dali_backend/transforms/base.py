@@ -122,6 +122,36 @@ class GraphContext:
     hw: tuple[Any, Any]
 
 
+def _numbers(value):
+    """Every number inside ``value`` (nested tuples and lists)."""
+    if isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _numbers(v)
+    elif isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_)):
+        yield value
+
+
+def _checked(post_init):
+    """Wrap an operation's validation: a wrong type or value anywhere in its arguments is one
+    :class:`ConfigError` naming the operation, its arguments and the problem (never a bare
+    ``TypeError`` from deep inside), and every number must be finite (``inf`` crashed in the workers)."""
+    def check(self):
+        name = type(self).__name__
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
+        for f in fields(self):
+            bad = [v for v in _numbers(getattr(self, f.name)) if not math.isfinite(float(v))]
+            if bad:
+                raise ConfigError(f"{name}({shown}): {f.name} must hold finite numbers, got {bad[0]!r}")
+        try:
+            post_init(self)
+        except ConfigError:
+            raise
+        except (TypeError, ValueError, OverflowError) as e:
+            raise ConfigError(f"{name}({shown}): invalid arguments ({e}); see help({name}) for the types each "
+                              "argument takes") from None
+    return check
+
+
 class Transform:
     """Base of every operation (subclasses are frozen dataclasses; see the module docstring).
 
@@ -144,6 +174,9 @@ class Transform:
         super().__init_subclass__(**kwargs)
         if not cls.__name__.startswith("_"):
             REGISTRY[cls.__name__] = cls
+        post = cls.__dict__.get("__post_init__")
+        if post is not None:
+            cls.__post_init__ = _checked(post)
 
     # ----------------------------------------------------------------- contract (pure numpy)
     @property

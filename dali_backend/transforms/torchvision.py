@@ -62,7 +62,8 @@ def _resize(t):
 
 def _rrc(t):
     _interp(t, "RandomResizedCrop")
-    return RandomResizedCrop(_size(t.size), scale=tuple(t.scale), ratio=tuple(t.ratio))
+    return RandomResizedCrop(_size(t.size), scale=tuple(t.scale), ratio=tuple(t.ratio),
+                             antialias=getattr(t, "antialias", True) is not False)
 
 
 def _random_crop(t):
@@ -147,11 +148,11 @@ def translate(compose) -> list[Transform]:
             continue
         try:
             op = make(t)
-        except Unsupported as e:
+        except (Unsupported, ConfigError) as e:
             refused.append(f"[{k}] {name} ({e})")
             continue
-        except ConfigError as e:
-            refused.append(f"[{k}] {name} ({e})")
+        except (TypeError, ValueError, AttributeError, OverflowError) as e:  # attributes of unexpected shape
+            refused.append(f"[{k}] {name} (its arguments could not be read: {type(e).__name__}: {e})")
             continue
         if op is not None:
             ops.append(op)
