@@ -57,7 +57,7 @@ class EpochLoaderMixin:
     with ``sampler``, ``dataset``, ``batch_size`` and ``drop_last``."""
 
     epoch: int = 0
-    _resume: tuple[int, int] | None = None  # (epoch, batches already yielded)
+    _resume: tuple[int, int, str | None] | None = None  # (epoch, batches already yielded, plan digest)
     _batches_done: int = 0
     _progress_epoch: int | None = None  # the epoch _batches_done counts
     _plan_digest: tuple[int, str] | None = None  # (epoch, digest of the running pass's plan)
