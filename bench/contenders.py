@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 
 import cv2
 import numpy as np
@@ -124,6 +125,76 @@ def stage_breakdown(index, size: tuple[int, int], images: int = 64) -> dict[str,
         for key, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6)):
             times[key] += dt
     return {k: 1000 * v / n for k, v in times.items()}
+
+
+def dali_stage_breakdown(index, size: tuple[int, int], images: int = 96, batch_size: int = 16, threads: int = 2,
+                         repeats: int = 3) -> dict[str, float]:
+    """CPU milliseconds per image of DALI's own CPU operators for the default contract.
+
+    Pipelines of growing prefixes of the loader's graph (the same ``op.dali`` fragments, fed by a
+    plain external source with the same parameters) run on ``images`` files with ``threads`` threads
+    (the loader's, so the cores are shared as in the loader); each stage costs the CPU time its
+    prefix adds, median of ``repeats`` runs. ``framework`` only passes the bytes through, so
+    ``dali-cpu``'s overhead = its cpu s/img minus the sum of these (and the read and normalise stages
+    of :func:`stage_breakdown`, which happen outside DALI's graph).
+    """
+    from dali_backend import AugmentSpec
+    from dali_backend.pipeline import import_dali
+    from dali_backend.reading import read_regular_file
+    from dali_backend.transforms.base import GraphContext
+
+    dali = import_dali()
+    from nvidia.dali import fn, types
+
+    spec = AugmentSpec(size=size)
+    ops = spec.transforms
+    n = max(batch_size, min(images, len(index)) // batch_size * batch_size)
+    files = [np.frombuffer(read_regular_file(index.abspath(i % len(index))), np.uint8) for i in range(n)]
+    wires = [spec.wire_arrays(spec.make_params(0, 0, i, (int(index.heights[i % len(index)]),
+                                                         int(index.widths[i % len(index)])))) for i in range(n)]
+    wire_types = {"float32": types.FLOAT, "int32": types.INT32}
+
+    def batches():
+        while True:
+            for b in range(0, n, batch_size):
+                yield [files[b:b + batch_size]] + [[w[j] for w in wires[b:b + batch_size]] for j in range(len(spec.wire))]
+
+    def cpu_ms(stages: int) -> float:
+        """CPU ms per image of the graph up to (decode = 0, then operation ``stages - 1``)."""
+        feed = batches()
+
+        @dali.pipeline_def(batch_size=batch_size, num_threads=threads, device_id=None, prefetch_queue_depth=1,
+                           exec_dynamic=True, enable_conditionals=True)
+        def graph():
+            jpegs, *values = fn.external_source(source=lambda: next(feed), num_outputs=1 + len(spec.wire),
+                                                dtype=[types.UINT8] + [wire_types[p.dtype] for _, p in spec.wire])
+            if stages < 0:
+                return jpegs
+            params: list[dict] = [{} for _ in ops]
+            for (k, p), node in zip(spec.wire, values):
+                params[k][p.name] = node
+            shape = fn.peek_image_shape(jpegs, dtype=types.INT32)
+            ctx = GraphContext(gpu=False, channels=spec.channels, hw=(shape[0], shape[1]))
+            images = fn.decoders.image(jpegs, device="cpu", output_type=types.GRAY if spec.color == "gray" else types.RGB)
+            for k in range(stages):
+                images = ops[k].dali(images, params[k], ctx)
+            return images
+
+        with warnings.catch_warnings():  # short prefixes leave parameters unused: DALI warns about that
+            warnings.simplefilter("ignore")
+            pipe = graph()
+            pipe.build()
+        pipe.run()  # warm-up (the feed cycles)
+        t0 = time.process_time()
+        for _ in range(n // batch_size):
+            pipe.run()
+        spent = time.process_time() - t0
+        del pipe
+        return 1000 * spent / n
+
+    totals = [statistics.median(cpu_ms(k) for _ in range(repeats)) for k in range(-1, len(ops) + 1)]
+    names = ["framework", "decode"] + [type(op).__name__.lower() for op in ops]
+    return {name: totals[0] if i == 0 else totals[i] - totals[i - 1] for i, name in enumerate(names)}
 
 
 def recipe_spec(size: tuple[int, int]):

@@ -6,8 +6,7 @@ Each step reproduces what the DALI operator computes, so the two backends agree 
 * CLAHE: ``cv2.createCLAHE``, which DALI's ``fn.clahe`` matches exactly;
 * resize: DALI's antialiased linear resampling, i.e. a triangle filter whose half-width is the
   scale factor when shrinking (1 when enlarging), normalised, with edge pixels *replicated* beyond the
-  border. ``torch``'s antialiased bilinear uses the same filter but renormalises at the border
-  instead, so we run torch for the interior (fast) and recompute the few border rows and columns;
+  border (``torch``'s antialiased bilinear renormalises there instead), as two sparse matrix products;
 * rotation: ``cv2.warpAffine`` about ``((w - 1) / 2, (h - 1) / 2)``, bilinear, fill 0;
 * jitter: a 256-entry lookup table of ``b * (128 + c * (x - 128))`` rounded half up, clipped to [0, 255].
 """
@@ -15,6 +14,7 @@ Each step reproduces what the DALI operator computes, so the two backends agree 
 from __future__ import annotations
 
 import math
+import warnings
 from functools import lru_cache
 
 import cv2
@@ -108,40 +108,56 @@ def resize_exact(img: Image, height: int, width: int) -> Image:
     return np.clip(np.floor(out + 0.5), 0, 255).astype(np.uint8)
 
 
+@lru_cache(maxsize=64)
+def resample_matrix(in_size: int, out_size: int) -> torch.Tensor:
+    """:func:`resample_weights` as a sparse ``out_size x in_size`` CSR matrix (float32).
+
+    Taps clamped to the same edge pixel are added up (``w0 * p + w1 * p == (w0 + w1) * p`` within float
+    rounding), which is DALI's edge replication; zero weights are dropped.
+    """
+    idx, w, _, _ = resample_weights(in_size, out_size)
+    rows = np.repeat(np.arange(out_size, dtype=np.int64), idx.shape[1])
+    keys, inverse = np.unique(rows * in_size + idx.ravel(), return_inverse=True)
+    vals = np.bincount(inverse, weights=w.ravel().astype(np.float64)).astype(np.float32)
+    keep = vals != 0
+    keys, vals = keys[keep], vals[keep]
+    crow = np.zeros(out_size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys // in_size, minlength=out_size), out=crow[1:])
+    with warnings.catch_warnings():   # "Sparse CSR tensor support is in beta state": mm is all we use
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(keys % in_size),
+                                       torch.from_numpy(vals), size=(out_size, in_size))
+
+
+def _transpose(a: NDArray) -> NDArray:
+    """Swap the first two axes of an HxW or HxWxC array into a new contiguous array (OpenCV's blocked
+    transpose is 2-4x faster than numpy's copy)."""
+    if a.ndim == 2 or a.shape[2] in (1, 2, 3, 4):
+        out = cv2.transpose(a if a.ndim == 2 or a.shape[2] > 1 else a[:, :, 0])
+        return out.reshape((a.shape[1], a.shape[0]) + a.shape[2:])
+    return np.ascontiguousarray(a.swapaxes(0, 1))
+
+
 def resize(img: Image, height: int, width: int) -> Image:
     """Antialiased resize equal to DALI's ``fn.resize`` (linear, antialias on) within float rounding.
 
-    torch's antialiased bilinear computes the interior; rows and columns whose filter reaches past
-    the image edge (1-3 per side) are recomputed with DALI's edge replication.
+    The two separable passes are sparse matrix products (:func:`resample_matrix`): rows first on the
+    float image, then columns on its transpose, so both products run along contiguous memory. This is
+    :func:`resize_exact`'s arithmetic in another summation order, 2-3x faster than torch's
+    antialiased ``interpolate`` (which also renormalises at the border, where DALI replicates).
     """
     h0, w0 = img.shape[:2]
     if (h0, w0) == (height, width):
         return img.copy()
-    t = torch.from_numpy(np.ascontiguousarray(_owned(img)))
-    t = t[None, None] if img.ndim == 2 else t.permute(2, 0, 1)[None]
+    shape = img.shape[2:]
+    channels = int(np.prod(shape, dtype=np.int64))
+    src = torch.from_numpy(np.ascontiguousarray(_owned(img)).reshape(h0, w0 * channels).astype(np.float32))
     with torch.no_grad():
-        out_t = torch.nn.functional.interpolate(t.float(), size=(height, width), mode="bilinear",
-                                                antialias=True, align_corners=False)[0]
-    out = out_t.numpy() if img.ndim == 2 else out_t.permute(1, 2, 0).numpy()
-    out = out[0] if img.ndim == 2 else np.ascontiguousarray(out)
-    iy, wy, top, bottom = resample_weights(h0, height)
-    ix, wx, left, right = resample_weights(w0, width)
-    top, bottom = min(top, height), min(bottom, height - min(top, height))
-    left, right = min(left, width), min(right, width - min(left, width))
-    src = None
-    if top or bottom:
-        rows = np.r_[0:top, height - bottom:height]
-        src = img.astype(np.float32)
-        tmp = _resample_axis(src, iy[rows], wy[rows], 0)
-        out[rows] = _resample_axis(tmp, ix, wx, 1)
-    if left or right:
-        cols = np.r_[0:left, width - right:width]
-        need = np.unique(ix[cols])
-        remap = np.searchsorted(need, ix[cols])
-        src = img.astype(np.float32) if src is None else src
-        tmp = _resample_axis(np.take(src, need, axis=1), iy, wy, 0)
-        out[:, cols] = _resample_axis(tmp, remap, wx[cols], 1)
-    return np.clip(np.floor(out + 0.5), 0, 255).astype(np.uint8)
+        rows = torch.mm(resample_matrix(h0, height), src).numpy()              # height x (w0 * C)
+        cols = _transpose(rows.reshape((height, w0) + shape))                  # w0 x height (x C)
+        out = torch.mm(resample_matrix(w0, width), torch.from_numpy(cols.reshape(w0, height * channels)))
+        out = out.add_(0.5).floor_().clamp_(0, 255).to(torch.uint8).numpy()    # width x (height * C)
+    return _transpose(out.reshape((width, height) + shape))
 
 
 def letterbox(img: Image, spec: AugmentSpec) -> Image:

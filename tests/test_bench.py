@@ -22,6 +22,10 @@ def test_bench_smoke(tmp_path):
     data = json.loads(out.read_text())
     stages = data["machine"]["stages_ms_per_image"]
     assert set(stages) == {"read", "decode", "clahe", "resize", "rotate", "jitter", "normalize"}
+    dali_stages = data["machine"]["dali_stages_ms_per_image"]
+    assert list(dali_stages) == ["framework", "decode", "clahe", "resize", "randomrotation", "colorjitter"]
+    assert sum(dali_stages.values()) > 0  # single stages are differences: noise may make a tiny one negative
+    assert set(data["machine"]["loader_own_ms_per_image"]) >= {"fallback", "dali-cpu"}
     names = [r["name"] for r in data["results"]]
     assert names[:5] == ["ceiling", "reference", "tutorial", "fallback", "dali-cpu"]
     for r in data["results"]:

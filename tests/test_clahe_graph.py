@@ -93,6 +93,19 @@ def test_graph_clahe_equals_opencv_at_every_size(device, channels, tiles):
             assert diff.max() <= 1 and diff.mean() < 0.15, f"{img.shape}: max {diff.max()} mean {diff.mean():.4f}"
 
 
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("tiles", TILES)
+def test_cpu_loader_uses_the_plain_operator_which_equals_opencv_at_every_size(channels, tiles):
+    """On CPU operators the loader skips the portable graph (``portable=False``): DALI's CPU kernel is
+    OpenCV's code, so the plain operator is exact at uneven sizes and for 3 channels too."""
+    from dali_backend.pipeline import clahe_like_opencv
+
+    images = [texture(h, w, channels, seed=3) for h, w in SIZES]
+    outs = run_graph(images, lambda x, h, w: clahe_like_opencv(x, h, w, tiles, 2.0, channels, portable=False), "cpu")
+    for img, got in zip(images, outs):
+        np.testing.assert_array_equal(got, opencv_clahe(img, tiles).reshape(got.shape), err_msg=f"{img.shape}")
+
+
 @pytest.mark.parametrize("h, w", SIZES)
 def test_gpu_kernel_model_with_opencv_padding_is_within_one_level(h, w):
     img = texture(h, w)[..., 0]

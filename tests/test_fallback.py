@@ -77,12 +77,14 @@ def test_bad_file_raises_naming_it(tmp_path):
 
 # ------------------------------------------------------------------------------------- operations
 @pytest.mark.parametrize("src, dst", [((120, 160), (48, 48)), ((7, 5), (256, 256)), ((1, 1), (3, 4)),
-                                      ((40, 2000), (32, 32)), ((300, 200), (301, 199))])
+                                      ((40, 2000), (32, 32)), ((300, 200), (301, 199)),
+                                      ((96, 128, 3), (28, 28)), ((9, 7, 3), (20, 21)), ((768, 1024), (32, 32)),
+                                      ((1, 50), (1, 7)), ((50, 1, 3), (7, 1))])
 def test_fast_resize_equals_reference_resize(src, dst):
     img = np.random.default_rng(0).integers(0, 256, src, dtype=np.uint8)
     fast, ref = ops.resize(img, *dst), ops.resize_exact(img, *dst)
     diff = np.abs(fast.astype(int) - ref.astype(int))
-    assert fast.shape == dst and diff.max() <= 1 and diff.mean() < 0.01
+    assert fast.shape == dst + src[2:] and fast.dtype == np.uint8 and diff.max() <= 1 and diff.mean() < 0.01
 
 
 def test_resize_replicates_the_border():

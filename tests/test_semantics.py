@@ -173,6 +173,55 @@ def test_table_normalisation_is_bitwise_the_float_arithmetic(width, dtype, chann
     assert got.dtype == want.dtype and torch.equal(got, want)
 
 
+def _normalised(value: int, spec: AugmentSpec) -> torch.Tensor:
+    from dali_backend.tensors import normalize
+
+    return normalize(torch.full((4, 1, 8, 8), value, dtype=torch.uint8), spec)
+
+
+@pytest.mark.parametrize("hold", ["tensor", "view", "numpy", "autograd", "dlpack"])
+def test_a_batch_anybody_holds_is_never_overwritten(hold):
+    """CPU outputs reuse memory, but only memory that nothing refers to any more: a batch kept by the
+    user, a slice of it, a numpy array over it, a tensor autograd saved for backward, or a DLPack
+    capsule keeps its values while later batches are produced."""
+    spec = AugmentSpec(size=8, color="gray")
+    first = _normalised(10, spec)
+    want = first.clone()
+    weight = torch.ones_like(first, requires_grad=True)
+    kept = {"tensor": lambda t: t, "view": lambda t: t[1:3, 0],
+            "numpy": lambda t: t.numpy(), "autograd": lambda t: (t * weight).sum(),
+            "dlpack": lambda t: torch.utils.dlpack.to_dlpack(t)}[hold](first)
+    del first
+    for value in range(20, 30):
+        later = _normalised(value, spec)
+        assert torch.equal(later, _normalised(value, spec)) and not torch.equal(later, want)
+        del later
+    if hold == "autograd":
+        kept.backward()
+        assert torch.equal(weight.grad, want)  # d/dw (x * w) = x: the saved input is intact
+    elif hold == "dlpack":
+        assert torch.equal(torch.utils.dlpack.from_dlpack(kept), want)
+    else:
+        assert torch.equal(torch.as_tensor(kept), {"view": want[1:3, 0]}.get(hold, want))
+
+
+def test_output_memory_comes_back_once_free_and_the_pool_stays_small():
+    from dali_backend.tensors import _ReusedMemory
+
+    pool = _ReusedMemory(keep=2)
+    a = pool.empty((2, 3, 4, 4))
+    first = a.data_ptr()
+    del a
+    b = pool.empty((2, 3, 4, 4))
+    assert b.data_ptr() == first                        # reused: nobody held it
+    c = pool.empty((2, 3, 4, 4))
+    assert c.data_ptr() != b.data_ptr()                 # b is held: c gets other memory
+    held = [pool.empty((2, 3, 4, 4)) for _ in range(5)]
+    del b, c, held
+    assert sum(len(v) for v in pool._free.values()) == 2  # at most `keep` free blocks are kept
+    assert pool.empty((0, 3)).shape == (0, 3) and pool.empty((5,), torch.float16).dtype == torch.float16
+
+
 @pytest.mark.parametrize("recipe", ["defect", "classification-train", "classification-eval"])
 def test_both_recipes_run_on_both_backends_with_equal_pixels(defect_index, recipe):
     """Issue 10's done-when: the defect preset and torchvision's train/eval recipes, both backends."""

@@ -240,7 +240,8 @@ class Clahe(Transform):
     def dali(self, images, params, ctx: GraphContext):
         from ..pipeline import clahe_like_opencv
 
-        return clahe_like_opencv(images, ctx.hw[0], ctx.hw[1], self.tiles, float(self.clip_limit), channels=ctx.channels)
+        return clahe_like_opencv(images, ctx.hw[0], ctx.hw[1], self.tiles, float(self.clip_limit), channels=ctx.channels,
+                                 portable=ctx.gpu)
 
 
 @dataclass(frozen=True, repr=False)
