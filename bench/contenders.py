@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 import torch
 
-from .measure import PeakRss, tree_cpu_seconds, tree_rss_mb
+from .measure import PeakRss, dali_operator_cpu_seconds, tree_cpu_seconds, tree_rss_mb
 
 from . import CONTENDERS  # noqa: E402,F401  (the names live in the light package module)
 
@@ -254,10 +254,11 @@ def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int
             loader = None
         else:
             loader = _loader_for(name, index, size, batch_size, workers)
-        timed_cpu0 = None
+        timed_cpu0 = dali_cpu0 = None
         for epoch in range(epochs + 1):
             if epoch == 1:
-                timed_cpu0 = tree_cpu_seconds()
+                timed_cpu0 = tree_cpu_seconds() - peak.cpu_seconds  # the memory sampler's CPU is not the loader's
+                dali_cpu0 = dali_operator_cpu_seconds()
             t0 = time.perf_counter()
             n = 0
             if loader is None:
@@ -277,7 +278,9 @@ def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int
             if epoch > 0:
                 rates.append(n / dt)
             rss_after.append(tree_rss_mb())
-        timed_cpu = tree_cpu_seconds() - timed_cpu0
+        timed_cpu = tree_cpu_seconds() - peak.cpu_seconds - timed_cpu0
+        dali_cpu = dali_operator_cpu_seconds()
+        dali_ops = None if dali_cpu is None or dali_cpu0 is None or "dali" not in name else dali_cpu - dali_cpu0
         if loader is None:
             pool.close()
             pool.join()
@@ -289,6 +292,7 @@ def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int
         "images_per_s": statistics.median(rates),
         "epoch_images_per_s": rates,
         "cpu_s_per_image": timed_cpu / (n_images * epochs),
+        "dali_operators_cpu_s_per_image": None if dali_ops is None else dali_ops / (n_images * epochs),
         "peak_rss_mb": peak.peak,
         "first_batch_s": first_batch_s,
         "rss_growth_pct": growth,
