@@ -106,16 +106,18 @@ class _ReusedMemory:
             blocks = self._free.get(nbytes)
             block = blocks.pop() if blocks else None
         if block is None:
-            block = np.empty(nbytes, dtype=np.uint8)
-        handle = block[:]   # a new object per batch: its death says the storage is gone
+            block = np.empty(nbytes + _ALIGN, dtype=np.uint8)
+        start = -block.ctypes.data % _ALIGN   # 64-byte aligned, as torch's own allocator gives
+        handle = block[start:start + nbytes]  # a new object per batch: its death says the storage is gone
         weakref.finalize(handle, self._give_back, block).atexit = False
         return torch.frombuffer(handle, dtype=dtype).view(shape)
 
     def _give_back(self, block: np.ndarray) -> None:
         with self._lock:
-            blocks = self._free.setdefault(block.nbytes, [])
+            blocks = self._free.setdefault(block.nbytes - _ALIGN, [])
             if len(blocks) < self._keep:
                 blocks.append(block)
 
 
+_ALIGN = 64
 _OUTPUTS = _ReusedMemory()

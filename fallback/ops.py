@@ -150,14 +150,16 @@ def resize(img: Image, height: int, width: int) -> Image:
     if (h0, w0) == (height, width):
         return img.copy()
     shape = img.shape[2:]
-    channels = int(np.prod(shape, dtype=np.int64))
+    channels = math.prod(shape)
     src = torch.from_numpy(np.ascontiguousarray(_owned(img)).reshape(h0, w0 * channels).astype(np.float32))
     with torch.no_grad():
         rows = torch.mm(resample_matrix(h0, height), src).numpy()              # height x (w0 * C)
         cols = _transpose(rows.reshape((height, w0) + shape))                  # w0 x height (x C)
-        out = torch.mm(resample_matrix(w0, width), torch.from_numpy(cols.reshape(w0, height * channels)))
-        out = out.add_(0.5).floor_().clamp_(0, 255).to(torch.uint8).numpy()    # width x (height * C)
-    return _transpose(out.reshape((width, height) + shape))
+        out = torch.mm(resample_matrix(w0, width), torch.from_numpy(cols.reshape(w0, height * channels))).numpy()
+    # round half up: the weights are >= 0 and sum to 1 (within float rounding), so every value lies in
+    # [-1e-4, 255 + 1e-4] and truncating value + 0.5 is floor(value + 0.5), clipped (tested at 0 and 255)
+    out += np.float32(0.5)
+    return _transpose(out.astype(np.uint8).reshape((width, height) + shape))
 
 
 def letterbox(img: Image, spec: AugmentSpec) -> Image:

@@ -87,6 +87,14 @@ def test_fast_resize_equals_reference_resize(src, dst):
     assert fast.shape == dst + src[2:] and fast.dtype == np.uint8 and diff.max() <= 1 and diff.mean() < 0.01
 
 
+@pytest.mark.parametrize("value", [0, 255])
+@pytest.mark.parametrize("src, dst", [((480, 640), (224, 224)), ((7, 5, 3), (256, 300)), ((1536, 2048), (3, 2))])
+def test_resize_keeps_the_extremes(value, src, dst):
+    """Rounding truncates value + 0.5: the extremes must come out as themselves (no wrap past 255)."""
+    out = ops.resize(np.full(src, value, np.uint8), *dst)
+    assert out.shape == dst + src[2:] and (out == value).all()
+
+
 def test_resize_replicates_the_border():
     img = np.zeros((60, 60), np.uint8)
     img[:, 0] = 255
