@@ -129,7 +129,10 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
         if ref is not None:  # the whole contract with no loader around it: what a perfect loader reaches
             r["ratio_to_reference"] = r["images_per_s"] / ref["images_per_s"]
             r["overhead_ms_per_image"] = 1000 * (r["cpu_s_per_image"] - ref["cpu_s_per_image"])
+    from .measure import PEAK_RSS_INTERVAL_S
+
     machine = dict(machine)
+    machine["memory_sample_interval_s"] = PEAK_RSS_INTERVAL_S
     machine["data"] = {"root": str(root), "images": len(index), "mean_file_kb": float(index.sizes.mean() / 1024),
                        "source_size": [int(index.widths[0]), int(index.heights[0])], "output_size": [out_w, out_h]}
     tut = next((r["images_per_s"] for r in results if r["name"] == "tutorial"), None)
@@ -151,7 +154,7 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
         stages = stage_breakdown(index, (out_h, out_w))
         doc_stages = {k: round(v, 4) for k, v in stages.items()}
         machine["stages_ms_per_image"] = doc_stages
-        print("stages, ms per image on one core (a contender's overhead = its cpu s/img minus their sum, "
+        print("stages, CPU ms per image on one thread (sum "
               f"{sum(stages.values()):.2f} ms): " + ", ".join(f"{k} {v:.3f}" for k, v in stages.items()))
         # the fallback's own: its CPU beyond the reference's (the same operations, as parallel, no loader)
         own = {r["name"]: r.get("overhead_ms_per_image", 1000 * r["cpu_s_per_image"] - sum(stages.values()))
@@ -165,8 +168,9 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
             for r in results:  # DALI's operator threads were timed in the run itself
                 if r["name"].endswith("dali-cpu") and r.get("dali_operators_cpu_s_per_image") is not None:
                     own[r["name"]] = 1000 * (r["cpu_s_per_image"] - r["dali_operators_cpu_s_per_image"]) - outside
-            print(f"DALI's CPU operators, CPU ms per image with {args.workers} threads ({sum(dali_stages.values()):.2f} ms, plus read and "
-                  "normalize outside the graph): " + ", ".join(f"{k} {v:.3f}" for k, v in dali_stages.items()))
+            print(f"DALI's graph on CPU operators, CPU ms per image with {args.workers} threads "
+                  f"({sum(dali_stages.values()):.2f} ms; read and normalize happen outside it): "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in dali_stages.items()))
         machine["loader_own_ms_per_image"] = {k: round(v, 4) for k, v in own.items()}
         print("the loader's own CPU, ms per image (fallback: beyond the reference's; DALI: beyond its operator "
               "threads' CPU in the run and the read and normalize stages): "

@@ -114,7 +114,7 @@ def operation_checks(device: str = "cpu", images: list[np.ndarray] | None = None
         shapes = [np.array(x.shape[:2], np.int32) for x in srcs]
         def graph(gpu):
             hw = _src(1, False, None)
-            return clahe_like_opencv(_src(0, gpu), hw[0], hw[1], clahe.tiles, float(clahe.clip_limit), channels)
+            return clahe_like_opencv(_src(0, gpu), hw[0], hw[1], clahe.tiles, float(clahe.clip_limit), channels, portable=True)
 
         got = _run(graph, list(zip(srcs, shapes)), device, 4)
         want = [np.stack([ops.clahe(np.ascontiguousarray(x[..., c]), spec) for c in range(channels)], axis=-1)

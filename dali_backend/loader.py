@@ -40,7 +40,7 @@ from .memory import EveryNth
 from .sampler import WeightedSampler, default_sampler, plan_epoch
 from .reading import check_on_error
 from .schedule import KIND_DRAW, KIND_PAD, ROW, SERVED_BAD, Col, DrawSource, SlotRing
-from .tensors import normalize
+from .tensors import normalize, release_pooled_outputs
 from .workers import WorkerInit, starting_workers
 
 log = logging.getLogger("dali_backend")
@@ -875,6 +875,7 @@ class DaliLoader(EpochLoaderMixin):
                     self._executor.abandon()
                 raise
         self._end_epoch()
+        release_pooled_outputs()  # no output memory stays resident between passes
 
     def _run(self, epoch: int, rows: np.ndarray):
         key = (id(self.sampler), epoch, self._batches_done) if isinstance(self.sampler, WeightedSampler) else None
@@ -891,6 +892,7 @@ class DaliLoader(EpochLoaderMixin):
         Iterators still open raise :class:`LoaderClosedError` on their next batch."""
         self._closed = True
         self._executor.close()
+        release_pooled_outputs()
 
     def __enter__(self) -> DaliLoader:
         return self

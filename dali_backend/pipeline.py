@@ -58,10 +58,12 @@ def _reflect101_extend(images, n, pad, tiles: int, axis: int):
     return fn.cat(images, cut(strip, r0, need), axis=axis)
 
 
-def clahe_like_opencv(images, h, w, tiles: tuple[int, int], clip_limit: float, channels: int, portable: bool = True):
+def clahe_like_opencv(images, h, w, tiles: tuple[int, int], clip_limit: float, channels: int,
+                      portable: bool | None = None):
     """OpenCV's CLAHE (``cv2.createCLAHE(clip_limit, tiles).apply``, per channel for RGB) as a DALI graph.
 
-    Two differences of DALI's GPU operator are removed here, so CPU and GPU run one graph:
+    Two differences of DALI's GPU operator are removed here by a graph that gives OpenCV's result
+    on either device (``portable``; the default on the GPU):
 
     * RGB: ``fn.clahe`` on the GPU accepts 3 channels only with ``luma_only=True``
       (``dali/operators/image/clahe/clahe_op.cc``); each channel is equalised on its own instead.
@@ -73,13 +75,18 @@ def clahe_like_opencv(images, h, w, tiles: tuple[int, int], clip_limit: float, c
       result from either kernel (a conditional: images of whole tiles take the plain branch).
 
     ``h`` and ``w`` are the decoded size (CPU scalar nodes, e.g. from ``fn.peek_image_shape``).
-    ``portable=False`` (CPU operators only) uses ``fn.clahe`` as it is: DALI's CPU kernel runs OpenCV's
-    own code, exact at every size and for 3 channels, and the split and conditional above cost it
-    0.1-0.2 ms per 640x480 image (measured); the tests run the portable graph on the CPU as well.
+    On CPU operators the default is ``fn.clahe`` as it is: DALI's CPU kernel runs OpenCV's own code,
+    exact at every size and for 3 channels, and the split and conditional cost it 0.1-0.2 ms per
+    640x480 image (measured). The tests run the portable graph on the CPU too (``portable=True``).
     """
     from nvidia.dali import fn
 
     tx, ty = tiles
+    gpu = images.device == "gpu"
+    if portable is None:
+        portable = gpu
+    if gpu and not portable:
+        raise ValueError("clahe_like_opencv: portable=False is for CPU operators only (DALI's GPU kernel differs)")
     if not portable:
         return fn.clahe(images, tiles_x=tx, tiles_y=ty, clip_limit=clip_limit, luma_only=False)
 

@@ -7,6 +7,7 @@ backends' float outputs are bitwise equal whenever their uint8 pixels are.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import weakref
@@ -68,11 +69,19 @@ def _normalize_by_table(batch: torch.Tensor, scale: np.ndarray, shift: np.ndarra
     src = batch.numpy() if batch.stride(1) != 0 else batch[:, :1].numpy()
     out = _OUTPUTS.empty((n, c, h, w))
     dst = out.numpy()
+    if h * w < _PLANE_BY_PLANE:  # small planes: one call per channel beats n * c calls
+        for k in range(c):
+            plane = np.ascontiguousarray(src[:, k if src.shape[1] > 1 else 0]).reshape(n * h, w)
+            dst[:, k] = cv2.LUT(plane, table[k]).reshape(n, h, w)
+        return out
     for i in range(n):   # straight into the output, plane by plane: no temporary, no second copy
         for k in range(c):
             plane = src[i, k if src.shape[1] > 1 else 0]
             cv2.LUT(plane if plane.flags.c_contiguous else np.ascontiguousarray(plane), table[k], dst=dst[i, k])
     return out
+
+
+_PLANE_BY_PLANE = 64 * 64  # pixels per plane from which each plane gets its own cv2.LUT call
 
 
 class _ReusedMemory:
@@ -84,27 +93,34 @@ class _ReusedMemory:
     storage holds that view alive, so the block comes back (``weakref.finalize``) only when the
     storage is freed: after every tensor, view, numpy array, autograd saved tensor or DLPack capsule
     using it is gone. No reference count is guessed, so a batch the user keeps is never overwritten.
-    At most ``keep`` free blocks per size are kept; the rest are freed.
+
+    At most ``keep`` free blocks are kept (the most recent), and :meth:`clear` frees them: the loader
+    calls it at the end of each pass and on ``close()``, so nothing stays resident between passes.
+    Such a tensor's storage cannot grow: ``batch.resize_()`` to a larger size raises (clone first).
     """
 
-    def __init__(self, keep: int = 3):
-        self._free: dict[int, list[np.ndarray]] = {}
+    def __init__(self, keep: int = 2):
+        self._free: list[np.ndarray] = []
         self._keep = keep
         self._lock = threading.RLock()   # re-entrant: a garbage collection inside may give a block back
-        os.register_at_fork(after_in_child=self._forget)
 
-    def _forget(self) -> None:
+    def forget(self) -> None:
         """In a forked child: a fresh lock (another thread may have held it) and no free blocks."""
         self._lock = threading.RLock()
-        self._free = {}
+        self._free = []
+
+    def clear(self) -> None:
+        """Free the blocks nobody uses (blocks in use come back, and are kept, when freed)."""
+        with self._lock:
+            self._free = []
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        nbytes = int(np.prod(shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
+        nbytes = math.prod(shape) * dtype.itemsize
         if nbytes == 0:
             return torch.empty(shape, dtype=dtype)
         with self._lock:
-            blocks = self._free.get(nbytes)
-            block = blocks.pop() if blocks else None
+            found = next((k for k in range(len(self._free) - 1, -1, -1) if self._free[k].nbytes == nbytes + _ALIGN), None)
+            block = None if found is None else self._free.pop(found)
         if block is None:
             block = np.empty(nbytes + _ALIGN, dtype=np.uint8)
         start = -block.ctypes.data % _ALIGN   # 64-byte aligned, as torch's own allocator gives
@@ -114,10 +130,15 @@ class _ReusedMemory:
 
     def _give_back(self, block: np.ndarray) -> None:
         with self._lock:
-            blocks = self._free.setdefault(block.nbytes - _ALIGN, [])
-            if len(blocks) < self._keep:
-                blocks.append(block)
+            self._free.append(block)
+            del self._free[:-self._keep]
 
 
 _ALIGN = 64
 _OUTPUTS = _ReusedMemory()
+os.register_at_fork(after_in_child=_OUTPUTS.forget)
+
+
+def release_pooled_outputs() -> None:
+    """Free the CPU output memory kept for reuse (see :class:`_ReusedMemory`); batches in use stay valid."""
+    _OUTPUTS.clear()

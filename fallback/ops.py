@@ -113,20 +113,24 @@ def resample_matrix(in_size: int, out_size: int) -> torch.Tensor:
     """:func:`resample_weights` as a sparse ``out_size x in_size`` CSR matrix (float32).
 
     Taps clamped to the same edge pixel are added up (``w0 * p + w1 * p == (w0 + w1) * p`` within float
-    rounding), which is DALI's edge replication; zero weights are dropped.
+    rounding), which is DALI's edge replication; zero weights are dropped. Built without sorting (the
+    taps are already in row-major order): ~0.1 ms for a new size, which crops of random size pay per image.
     """
     idx, w, _, _ = resample_weights(in_size, out_size)
-    rows = np.repeat(np.arange(out_size, dtype=np.int64), idx.shape[1])
-    keys, inverse = np.unique(rows * in_size + idx.ravel(), return_inverse=True)
-    vals = np.bincount(inverse, weights=w.ravel().astype(np.float64)).astype(np.float32)
+    keys = (np.arange(out_size, dtype=np.int64)[:, None] * in_size + idx).ravel()  # non-decreasing
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])                    # first tap of each column
+    keys, vals = keys[starts], np.add.reduceat(w.ravel(), starts)
     keep = vals != 0
     keys, vals = keys[keep], vals[keep]
     crow = np.zeros(out_size + 1, dtype=np.int64)
     np.cumsum(np.bincount(keys // in_size, minlength=out_size), out=crow[1:])
-    with warnings.catch_warnings():   # "Sparse CSR tensor support is in beta state": mm is all we use
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(keys % in_size),
-                                       torch.from_numpy(vals), size=(out_size, in_size))
+    return torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(keys % in_size),
+                                   torch.from_numpy(vals.astype(np.float32)), size=(out_size, in_size))
+
+
+with warnings.catch_warnings():  # torch warns once per process that sparse CSR tensors are in beta: take
+    warnings.simplefilter("ignore", UserWarning)  # that warning here (mm is all we use of them)
+    torch.sparse_csr_tensor(torch.tensor([0, 0]), torch.tensor([], dtype=torch.int64), torch.tensor([]), size=(1, 1))
 
 
 def _transpose(a: NDArray) -> NDArray:

@@ -23,9 +23,11 @@ def test_bench_smoke(tmp_path):
     stages = data["machine"]["stages_ms_per_image"]
     assert set(stages) == {"read", "decode", "clahe", "resize", "rotate", "jitter", "normalize"}
     dali_stages = data["machine"]["dali_stages_ms_per_image"]
-    assert list(dali_stages) == ["framework", "decode", "clahe", "resize", "randomrotation", "colorjitter"]
-    assert sum(dali_stages.values()) > 0  # single stages are differences: noise may make a tiny one negative
+    assert list(dali_stages) == ["framework", "decode", "clahe", "resize", "rotate", "jitter"]
     assert set(data["machine"]["loader_own_ms_per_image"]) >= {"fallback", "dali-cpu"}
+    dali = next(r for r in data["results"] if r["name"] == "dali-cpu")
+    assert 0 < dali["dali_operators_cpu_s_per_image"] < dali["cpu_s_per_image"]  # its operator threads were found
+    assert data["machine"]["memory_sample_interval_s"] > 0
     names = [r["name"] for r in data["results"]]
     assert names[:5] == ["ceiling", "reference", "tutorial", "fallback", "dali-cpu"]
     for r in data["results"]:

@@ -2,7 +2,8 @@
 
 DALI's GPU CLAHE refuses RGB with ``luma_only=False`` and sizes its tiles by ceiling division where
 OpenCV pads with reflect-101 to whole tiles; ``pipeline.clahe_like_opencv`` splits channels and pads
-as OpenCV does, in one graph for both devices. CI runs that graph with CPU operators; the numpy
+as OpenCV does, in one graph for both devices (loaders on CPU operators use the plain operator, which is
+OpenCV's code). CI runs that graph with CPU operators; the numpy
 model of the CUDA kernel (``clahe_gpu_model``) shows what the GPU would compute from the padded
 input; the CUDA-marked cases check the real GPU where there is one.
 """
@@ -82,7 +83,7 @@ def test_graph_clahe_equals_opencv_at_every_size(device, channels, tiles):
     from dali_backend.pipeline import clahe_like_opencv
 
     images = [texture(h, w, channels, seed=2) for h, w in SIZES]
-    outs = run_graph(images, lambda x, h, w: clahe_like_opencv(x, h, w, tiles, 2.0, channels), device)
+    outs = run_graph(images, lambda x, h, w: clahe_like_opencv(x, h, w, tiles, 2.0, channels, portable=True), device)
     for img, got in zip(images, outs):
         want = opencv_clahe(img, tiles)
         assert got.shape == want.shape
@@ -95,15 +96,37 @@ def test_graph_clahe_equals_opencv_at_every_size(device, channels, tiles):
 
 @pytest.mark.parametrize("channels", [1, 3])
 @pytest.mark.parametrize("tiles", TILES)
-def test_cpu_loader_uses_the_plain_operator_which_equals_opencv_at_every_size(channels, tiles):
-    """On CPU operators the loader skips the portable graph (``portable=False``): DALI's CPU kernel is
-    OpenCV's code, so the plain operator is exact at uneven sizes and for 3 channels too."""
-    from dali_backend.pipeline import clahe_like_opencv
+def test_on_cpu_operators_the_clahe_op_is_the_plain_operator_and_equals_opencv_at_every_size(channels, tiles):
+    """``Clahe.dali`` on CPU operators skips the portable graph: DALI's CPU kernel is OpenCV's code, so
+    the plain operator is exact at uneven sizes and for 3 channels too."""
+    from dali_backend.transforms import Clahe
+    from dali_backend.transforms.base import GraphContext
+
+    names = []
+
+    def build(x, h, w):
+        out = Clahe(2.0, tiles).dali(x, {}, GraphContext(gpu=False, channels=channels, hw=(h, w)))
+        names.append(out.name)
+        return out
 
     images = [texture(h, w, channels, seed=3) for h, w in SIZES]
-    outs = run_graph(images, lambda x, h, w: clahe_like_opencv(x, h, w, tiles, 2.0, channels, portable=False), "cpu")
-    for img, got in zip(images, outs):
+    for img, got in zip(images, run_graph(images, build, "cpu")):
         np.testing.assert_array_equal(got, opencv_clahe(img, tiles).reshape(got.shape), err_msg=f"{img.shape}")
+    assert names and all(n.startswith("__Clahe") for n in names), names  # fn.clahe itself, no split, pad or crop
+
+
+def test_the_portable_graph_is_not_the_plain_operator():
+    from dali_backend.pipeline import clahe_like_opencv
+
+    names = []
+
+    def build(x, h, w):
+        out = clahe_like_opencv(x, h, w, (8, 8), 2.0, 3, portable=True)
+        names.append(out.name)
+        return out
+
+    run_graph([texture(33, 257, 3, seed=4)], build, "cpu")
+    assert not names[0].startswith("__Clahe")
 
 
 @pytest.mark.parametrize("h, w", SIZES)

@@ -240,8 +240,7 @@ class Clahe(Transform):
     def dali(self, images, params, ctx: GraphContext):
         from ..pipeline import clahe_like_opencv
 
-        return clahe_like_opencv(images, ctx.hw[0], ctx.hw[1], self.tiles, float(self.clip_limit), channels=ctx.channels,
-                                 portable=ctx.gpu)
+        return clahe_like_opencv(images, ctx.hw[0], ctx.hw[1], self.tiles, float(self.clip_limit), channels=ctx.channels)
 
 
 @dataclass(frozen=True, repr=False)
