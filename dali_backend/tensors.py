@@ -58,7 +58,7 @@ def _normalize_by_table(batch: torch.Tensor, scale: np.ndarray, shift: np.ndarra
     """CPU normalisation through a 256-entry table per channel (``cv2.LUT``): single-threaded, ~3x
     cheaper than float arithmetic at 224x224 and no OpenMP threads spinning beside the training step
     (measured: 0.09 vs 0.13-0.30 ms per image). None where it does not apply (then ``addcmul``)."""
-    if batch.dtype != torch.uint8 or batch.dim() != 4 or batch.shape[-1] * batch.shape[-2] == 0:
+    if batch.dtype != torch.uint8 or batch.dim() != 4 or batch.numel() == 0:  # cv2.LUT returns None on empty input
         return None
     try:
         import cv2  # the fallback's dependency; DALI-only installs still have it (OpenCV is required)

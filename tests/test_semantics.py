@@ -173,6 +173,16 @@ def test_table_normalisation_is_bitwise_the_float_arithmetic(width, dtype, chann
     assert got.dtype == want.dtype and torch.equal(got, want)
 
 
+@pytest.mark.parametrize("shape", [(0, 3, 8, 8), (0, 1, 100, 100), (2, 3, 0, 8), (0, 1, 8, 8)])
+def test_normalising_an_empty_batch_gives_an_empty_batch(shape):
+    """An empty batch (no samples, or no pixels) normalises to an empty batch of the output shape, as
+    ``addcmul`` does; the table path must not reach ``cv2.LUT``, which returns None on empty input."""
+    from dali_backend.tensors import normalize
+
+    got = normalize(torch.zeros(shape, dtype=torch.uint8), AugmentSpec(size=8))
+    assert got.shape == (shape[0], 3, *shape[2:]) and got.dtype == torch.float32
+
+
 def _normalised(value: int, spec: AugmentSpec) -> torch.Tensor:
     from dali_backend.tensors import normalize
 
