@@ -853,29 +853,31 @@ class DaliLoader(EpochLoaderMixin):
         plan = self._rows(epoch)
         self._check_resumable(epoch, plan)
         spec = self.dataset.spec
-        while True:
-            rows = plan[self._batches_done * self.batch_size:]
-            try:
-                for images, labels, planned, served, positions, epochs in self._run(epoch, rows):
-                    self._check_current(token)
-                    images = normalize(images, spec)
-                    if self.batch_transform is not None:
-                        images, labels = self.batch_transform(images, labels)
-                    meta = self._batch_meta(planned, served, epochs, positions) if self.return_meta else None
-                    self._account(planned, served, positions)  # counted once nothing can fail before the yield
-                    yield (images, labels) if meta is None else (images, labels, meta)
-                    self._check_current(token)
-                break
-            except ExecutorFailed as failure:
-                self._executor.recover(failure)  # DALI: a file its decoder refused; then resume at this batch
-            except (Exception, KeyboardInterrupt):
-                # Stop this pass's workers now, not when the collector gets to the traceback's cycle; an
-                # abandoned (GeneratorExit) or stale iterator must leave a shared executor alone.
-                if token == self._pass:
-                    self._executor.abandon()
-                raise
-        self._end_epoch()
-        release_pooled_outputs()  # no output memory stays resident between passes
+        try:
+            while True:
+                rows = plan[self._batches_done * self.batch_size:]
+                try:
+                    for images, labels, planned, served, positions, epochs in self._run(epoch, rows):
+                        self._check_current(token)
+                        images = normalize(images, spec)
+                        if self.batch_transform is not None:
+                            images, labels = self.batch_transform(images, labels)
+                        meta = self._batch_meta(planned, served, epochs, positions) if self.return_meta else None
+                        self._account(planned, served, positions)  # counted once nothing can fail before the yield
+                        yield (images, labels) if meta is None else (images, labels, meta)
+                        self._check_current(token)
+                    break
+                except ExecutorFailed as failure:
+                    self._executor.recover(failure)  # DALI: a file its decoder refused; then resume at this batch
+                except (Exception, KeyboardInterrupt):
+                    # Stop this pass's workers now, not when the collector gets to the traceback's cycle; an
+                    # abandoned (GeneratorExit) or stale iterator must leave a shared executor alone.
+                    if token == self._pass:
+                        self._executor.abandon()
+                    raise
+            self._end_epoch()
+        finally:  # also when the pass is left early (break, an error): no output memory stays resident
+            release_pooled_outputs()
 
     def _run(self, epoch: int, rows: np.ndarray):
         key = (id(self.sampler), epoch, self._batches_done) if isinstance(self.sampler, WeightedSampler) else None

@@ -96,12 +96,15 @@ class _ReusedMemory:
 
     At most ``keep`` free blocks are kept (the most recent), and :meth:`clear` frees them: the loader
     calls it at the end of each pass and on ``close()``, so nothing stays resident between passes.
+    Blocks freed after a clear (the last batch, held by the loop variable past the pass's end) are not
+    kept either, until the next :meth:`empty`.
     Such a tensor's storage cannot grow: ``batch.resize_()`` to a larger size raises (clone first).
     """
 
     def __init__(self, keep: int = 2):
         self._free: list[np.ndarray] = []
         self._keep = keep
+        self._resting = False   # cleared and not used since: blocks coming back are dropped, not kept
         self._lock = threading.RLock()   # re-entrant: a garbage collection inside may give a block back
 
     def forget(self) -> None:
@@ -110,15 +113,17 @@ class _ReusedMemory:
         self._free = []
 
     def clear(self) -> None:
-        """Free the blocks nobody uses (blocks in use come back, and are kept, when freed)."""
+        """Free the blocks nobody uses; blocks in use are freed when they come back (until :meth:`empty`)."""
         with self._lock:
             self._free = []
+            self._resting = True
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
         nbytes = math.prod(shape) * dtype.itemsize
         if nbytes == 0:
             return torch.empty(shape, dtype=dtype)
         with self._lock:
+            self._resting = False
             found = next((k for k in range(len(self._free) - 1, -1, -1) if self._free[k].nbytes == nbytes + _ALIGN), None)
             block = None if found is None else self._free.pop(found)
         if block is None:
@@ -130,8 +135,9 @@ class _ReusedMemory:
 
     def _give_back(self, block: np.ndarray) -> None:
         with self._lock:
-            self._free.append(block)
-            del self._free[:-self._keep]
+            if not self._resting:
+                self._free.append(block)
+                del self._free[:-self._keep]
 
 
 _ALIGN = 64

@@ -239,8 +239,26 @@ def test_a_pass_leaves_no_output_memory_resident(ds):
         kept = [images for images, _ in loader]
         assert _OUTPUTS._free == []                     # cleared at the end of the pass
         del kept
-        assert 0 < len(_OUTPUTS._free) <= 2               # the batches' memory came back, at most `keep` of it
-    assert _OUTPUTS._free == []                         # and close() freed it
+        assert _OUTPUTS._free == []                     # batches held past the pass are freed, not kept
+        for images, _ in loader:
+            pass                                        # the loop variable holds the last batch past the end
+        del images
+        assert _OUTPUTS._free == []
+        kept = next(iter(loader))
+    del kept
+    assert _OUTPUTS._free == []                         # nor after close()
+
+
+def test_a_pass_left_early_leaves_no_output_memory_resident(ds):
+    """``break`` after a few batches (steps per epoch) ends the pass too: the free output memory goes."""
+    from dali_backend.tensors import _OUTPUTS
+
+    with DaliLoader(ds, batch_size=4, sampler=WeightedSampler(ds.index, num_samples=40), **KINDS["torch"]) as loader:
+        batches = iter(loader)
+        for _ in range(4):
+            next(batches)
+        del batches                                     # what leaving a for loop early does
+        assert _OUTPUTS._free == []
 
 
 @pytest.mark.parametrize("recipe", ["defect", "classification-train", "classification-eval"])
