@@ -8,6 +8,7 @@ backends' float outputs are bitwise equal whenever their uint8 pixels are.
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import threading
 import weakref
@@ -127,7 +128,7 @@ class _ReusedMemory:
             found = next((k for k in range(len(self._free) - 1, -1, -1) if self._free[k].nbytes == nbytes + _ALIGN), None)
             block = None if found is None else self._free.pop(found)
         if block is None:
-            block = np.empty(nbytes + _ALIGN, dtype=np.uint8)
+            block = _new_block(nbytes + _ALIGN)
         start = -block.ctypes.data % _ALIGN   # 64-byte aligned, as torch's own allocator gives
         handle = block[start:start + nbytes]  # a new object per batch: its death says the storage is gone
         weakref.finalize(handle, self._give_back, block).atexit = False
@@ -138,6 +139,14 @@ class _ReusedMemory:
             if not self._resting:
                 self._free.append(block)
                 del self._free[:-self._keep]
+
+
+def _new_block(nbytes: int) -> np.ndarray:
+    """A block of its own mapping where the platform allows: unmapped as soon as it is dropped, so a
+    dropped block never lingers in the C heap (where it would count as memory until the next trim)."""
+    if hasattr(mmap, "MAP_PRIVATE"):  # private: a forked child gets copy-on-write pages, as with malloc
+        return np.frombuffer(mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE), dtype=np.uint8)
+    return np.empty(nbytes, dtype=np.uint8)
 
 
 _ALIGN = 64
