@@ -67,18 +67,17 @@ def _normalize_by_table(batch: torch.Tensor, scale: np.ndarray, shift: np.ndarra
         return None
     table = _table(scale.astype(np.float32).tobytes(), shift.astype(np.float32).tobytes())
     n, c, h, w = batch.shape
-    src = batch.numpy() if batch.stride(1) != 0 else batch[:, :1].numpy()
+    # a replicated gray plane (stride 0 over channels) is read once per channel from its one copy
+    src = np.broadcast_to(batch[:, :1].numpy(), (n, c, h, w)) if batch.stride(1) == 0 else batch.numpy()
     out = _OUTPUTS.empty((n, c, h, w))
     dst = out.numpy()
     if h * w < _PLANE_BY_PLANE:  # small planes: one call per channel beats n * c calls
         for k in range(c):
-            plane = np.ascontiguousarray(src[:, k if src.shape[1] > 1 else 0]).reshape(n * h, w)
-            dst[:, k] = cv2.LUT(plane, table[k]).reshape(n, h, w)
+            dst[:, k] = cv2.LUT(np.ascontiguousarray(src[:, k]).reshape(n * h, w), table[k]).reshape(n, h, w)
         return out
     for i in range(n):   # straight into the output, plane by plane: no temporary, no second copy
         for k in range(c):
-            plane = src[i, k if src.shape[1] > 1 else 0]
-            cv2.LUT(plane if plane.flags.c_contiguous else np.ascontiguousarray(plane), table[k], dst=dst[i, k])
+            cv2.LUT(np.ascontiguousarray(src[i, k]), table[k], dst=dst[i, k])
     return out
 
 

@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from dali_backend.errors import BadImageError, LoaderTimeoutError, LoaderWorkerError
-from dali_backend.memory import EveryNth, release_free_memory
+from dali_backend.memory import EveryNth
 from dali_backend.sampler import Draw
 from dali_backend.schedule import SERVED_BAD
 
@@ -42,14 +42,13 @@ class _Uint8View(Dataset):
 
     def __init__(self, dataset: ImageDataset, on_error: str):
         self.dataset, self.on_error = dataset, on_error
+        self._trim = EveryNth(WORKER_TRIM_EVERY)  # each worker counts its own samples (its own copy)
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, draw: Draw):
-        self._served = getattr(self, "_served", 0) + 1
-        if self._served % WORKER_TRIM_EVERY == 0:
-            release_free_memory()  # keep worker RSS flat (full-resolution temporaries)
+        self._trim()  # keep worker RSS flat (full-resolution temporaries)
         try:
             image, label, meta = self.dataset.load_draw(draw, self.on_error)
             return image, label, np.append(meta, draw.epoch), None

@@ -54,10 +54,9 @@ def clahe(img: Image, spec: AugmentSpec) -> Image:
 
 # ----------------------------------------------------------------------------------------- resize
 @lru_cache(maxsize=64)
-def resample_weights(in_size: int, out_size: int) -> tuple[NDArray[np.int64], NDArray[np.float32], int, int]:
-    """Source indices (clamped to the image) and normalised weights, one row per output pixel.
-
-    Also returns how many leading and trailing outputs had taps clamped at the image edge.
+def resample_weights(in_size: int, out_size: int) -> tuple[NDArray[np.int64], NDArray[np.float32]]:
+    """Source indices (clamped to the image: DALI replicates the edge) and normalised weights, one row
+    per output pixel.
 
     The triangle filter of DALI's linear resampling: half-width ``s = in/out`` when shrinking (1 when
     enlarging), centred on ``(x + 0.5) * s - 0.5``, taps starting at the first source pixel at or after
@@ -79,13 +78,10 @@ def resample_weights(in_size: int, out_size: int) -> tuple[NDArray[np.int64], ND
     w = np.clip(f32(1.0) - np.abs(t - f32(1.0)), 0.0, None).astype(np.float32)
     sums = w.sum(axis=1, keepdims=True)
     w = np.where(sums > 0, w / np.where(sums > 0, sums, 1), w).astype(np.float32)
-    raw = sx0[:, None] + np.arange(taps)[None, :]
-    lead = int(np.count_nonzero(raw[:, 0] < 0))
-    trail = int(np.count_nonzero(raw[:, -1] > in_size - 1))
-    idx = np.clip(raw, 0, in_size - 1)
+    idx = np.clip(sx0[:, None] + np.arange(taps)[None, :], 0, in_size - 1)
     idx.flags.writeable = False
     w.flags.writeable = False
-    return idx, w, lead, trail
+    return idx, w
 
 
 def _resample_axis(a: NDArray[np.float32], idx: NDArray[np.int64], w: NDArray[np.float32], axis: int) -> NDArray[np.float32]:
@@ -101,8 +97,8 @@ def _resample_axis(a: NDArray[np.float32], idx: NDArray[np.int64], w: NDArray[np
 
 def resize_exact(img: Image, height: int, width: int) -> Image:
     """DALI-equivalent antialiased resize in plain numpy (slow; the reference for :func:`resize`)."""
-    iy, wy, _, _ = resample_weights(img.shape[0], height)
-    ix, wx, _, _ = resample_weights(img.shape[1], width)
+    iy, wy = resample_weights(img.shape[0], height)
+    ix, wx = resample_weights(img.shape[1], width)
     tmp = _resample_axis(img.astype(np.float32), iy, wy, 0)
     out = _resample_axis(tmp, ix, wx, 1)
     return np.clip(np.floor(out + 0.5), 0, 255).astype(np.uint8)
@@ -116,7 +112,7 @@ def resample_matrix(in_size: int, out_size: int) -> torch.Tensor:
     rounding), which is DALI's edge replication; zero weights are dropped. Built without sorting (the
     taps are already in row-major order): ~0.1 ms for a new size, which crops of random size pay per image.
     """
-    idx, w, _, _ = resample_weights(in_size, out_size)
+    idx, w = resample_weights(in_size, out_size)
     keys = (np.arange(out_size, dtype=np.int64)[:, None] * in_size + idx).ravel()  # non-decreasing
     starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])                    # first tap of each column
     keys, vals = keys[starts], np.add.reduceat(w.ravel(), starts)
