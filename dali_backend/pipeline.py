@@ -32,26 +32,46 @@ def import_dali():
     return dali
 
 
+def _static(*values) -> bool:
+    """Whether every value is a Python int (a size known when the graph is defined)."""
+    return all(isinstance(v, int) for v in values)
+
+
+def _min(a, b):
+    """``min`` of two sizes: Python's when both are known ints, else DALI's per-sample ``math.min``
+    (DALI refuses ``math.min`` of constants only: "expects from 1 to 64 inputs, but received 0")."""
+    import nvidia.dali.math as dmath
+
+    return min(a, b) if _static(a, b) else dmath.min(a, b)
+
+
+def _max(a, b):
+    """``max`` of two sizes, as :func:`_min`."""
+    import nvidia.dali.math as dmath
+
+    return max(a, b) if _static(a, b) else dmath.max(a, b)
+
+
 def _reflect101_extend(images, n, pad, tiles: int, axis: int):
     """``images`` extended by ``pad`` rows (``axis=0``) or columns (``axis=1``) after its end, mirrored
     without repeating the edge (OpenCV's ``BORDER_REFLECT_101``; a single row or column is repeated).
 
-    ``n`` is the per-sample length along ``axis`` and ``pad`` the per-sample count, ``1 <= pad <= tiles``
-    (CPU scalar nodes). Only a strip of the last ``tiles + 1`` rows is mirrored, repeatedly, so that
-    images shorter than ``pad`` get OpenCV's periodic reflection; the image itself is copied once.
-    Built from slices, flips and concatenation: the same graph runs on the CPU and the GPU.
+    ``n`` is the per-sample length along ``axis`` and ``pad`` the per-sample count, ``1 <= pad <= tiles``:
+    CPU scalar nodes, or Python ints after a fixed-size operation (then the arithmetic is Python's).
+    Only a strip of the last ``tiles + 1`` rows is mirrored, repeatedly, so that images shorter than
+    ``pad`` get OpenCV's periodic reflection; the image itself is copied once. Built from slices,
+    flips and concatenation: the same graph runs on the CPU and the GPU.
     """
-    import nvidia.dali.math as dmath
     from nvidia.dali import fn
 
     def cut(x, lo, hi):
         return x[lo:hi] if axis == 0 else x[:, lo:hi]
 
-    r0 = dmath.min(n, tiles + 1)
+    r0 = _min(n, tiles + 1)
     strip, rows, need = cut(images, n - r0, n), r0, r0 + pad
     for _ in range(max(1, math.ceil(math.log2(tiles))) + 1):  # enough doublings for a 1-pixel image
-        edge = dmath.min(rows - 1, 1)  # 1: reflect-101 skips the edge row; 0: a single row repeats
-        step = dmath.min(dmath.max(rows - 1, 1), dmath.max(need - rows, 1))
+        edge = _min(rows - 1, 1)  # 1: reflect-101 skips the edge row; 0: a single row repeats
+        step = _min(_max(rows - 1, 1), _max(need - rows, 1))
         piece = cut(strip, rows - edge - step, rows - edge)
         piece = fn.flip(piece, vertical=1, horizontal=0) if axis == 0 else fn.flip(piece, horizontal=1, vertical=0)
         strip, rows = fn.cat(strip, piece, axis=axis), rows + step

@@ -157,3 +157,17 @@ def test_gpu_refuses_rgb_per_channel_clahe_directly():
     with pytest.raises(RuntimeError, match="luma_only"):
         run_graph([texture(64, 64, 3)], lambda x, h, w: fn.clahe(x, tiles_x=8, tiles_y=8, clip_limit=2.0,
                                                                  luma_only=False), "gpu")
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("tiles", TILES)
+@pytest.mark.parametrize("h, w", [(30, 20), (33, 257), (7, 5), (1, 1), (65, 9), (64, 64)])
+def test_portable_graph_with_static_sizes_equals_opencv(h, w, tiles, channels):
+    """After a fixed-size operation the graph's sizes are Python ints (no per-sample nodes): the padded
+    graph then does its size arithmetic in Python (DALI refuses ``math.min`` of two constants)."""
+    from dali_backend.pipeline import clahe_like_opencv
+
+    images = [texture(h, w, channels, seed=s) for s in (5, 6)]
+    outs = run_graph(images, lambda x, _h, _w: clahe_like_opencv(x, h, w, tiles, 2.0, channels, portable=True), "cpu")
+    for img, got in zip(images, outs, strict=True):
+        np.testing.assert_array_equal(got, opencv_clahe(img, tiles).reshape(got.shape), err_msg=f"{img.shape}")
