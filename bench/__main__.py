@@ -120,6 +120,8 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
             log.error("%s failed (exit status %d); the end of its output:\n%s", name, proc.returncode, proc.stderr[-3000:])
             return None
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        with open(out_json, "w") as f:  # after each contender: a run cut short keeps what it measured
+            json.dump({"machine": machine, "results": results, "complete": False}, f, indent=2)
         log.debug("%s: %.1f s, epochs %s img/s", name, time.perf_counter() - t0,
                   ", ".join(f"{v:.1f}" for v in results[-1]["epoch_images_per_s"]))
     ceiling = results[0]["images_per_s"]
@@ -175,7 +177,7 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
         print("the loader's own CPU, ms per image (fallback: beyond the reference's; DALI: beyond its operator "
               "threads' CPU in the run and the read and normalize stages): "
               + ", ".join(f"{k} {v:.2f}" for k, v in own.items()))
-    doc = {"machine": machine, "results": results}
+    doc = {"machine": machine, "results": results, "complete": True}
     with open(out_json, "w") as f:
         json.dump(doc, f, indent=2)
     shown = [f"results: {out_json}"]

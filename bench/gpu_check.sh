@@ -12,9 +12,14 @@
 #                     mkdir -p /tmp/w && cp .gpu/pN/* /tmp/w/ && bash bench/gpu_check.sh
 # Results (JSON, logs, junit XML) land in $OUT (default out/gpu) as each stage finishes.
 #
-# Stages and their time limits (seconds; a device command may run 10 minutes):
-#   install 50 | versions + one mixed-decoder JPEG 45 | CUDA tests 110 | equivalence 70 | data 40
-#   | benchmark fallback vs dali-gpu with nvidia-smi dmon 100 | hw_decoder_load sweep 60 (475 in all, under 8 min)
+# Stages and their time limits (seconds; a device command may run 10 minutes; tests/test_bench.py checks
+# that they add up to at most 480):
+#   install 50 | versions + one mixed-decoder JPEG 45 | CUDA tests 100 | equivalence, decoders apart from
+#   operators, every operation 85 | data 30 | benchmark fallback, dali-gpu and the RandomResizedCrop recipe
+#   (an op-list loader) with nvidia-smi dmon 110 | hw_decoder_load sweep 50
+# Every stage leaves its files even when its limit cuts it short: the equivalence JSON is rewritten
+# after each row, the benchmark JSON after each contender, pytest logs each test as it ends (-v) and
+# gets SIGINT first, on which it still writes its junit XML.
 set -uo pipefail
 dry=0
 [ "${1:-}" = "--dry-run" ] && dry=1
@@ -29,10 +34,10 @@ status=0
 stage() { echo "== $1 [$((SECONDS - t0)) s]" | tee -a "$out/stages.log"; }
 finish() { echo "stage '$1' exit $2 after $((SECONDS - t0)) s" >> "$out/stages.log"; [ "$2" = 0 ] || status=1; }
 if [ $dry = 1 ]; then
-  device=cpu; probe=(--dry-run); images=24; size=640x480; contenders=(fallback dali-cpu)
+  device=cpu; probe=(--dry-run); images=24; size=640x480; contenders=(fallback dali-cpu recipe-dali-cpu)
   smi() { echo "nvidia-smi (dry run): no GPU here"; }
 else
-  device=gpu; probe=(); images=384; size=2048x1536; contenders=(fallback dali-gpu)
+  device=gpu; probe=(); images=384; size=2048x1536; contenders=(fallback dali-gpu recipe-dali-gpu)
   smi() { nvidia-smi "$@"; }
 fi
 
@@ -61,34 +66,35 @@ if [ "$rc" != 0 ]; then
 fi
 
 stage "2. CUDA-marked tests"
-timeout 110 "$py" -m pytest -q -m cuda -p no:cacheprovider --junitxml="$out/pytest_cuda.xml" tests > "$out/pytest_cuda.log" 2>&1
+timeout -s INT -k 10 100 "$py" -m pytest -v -m cuda -p no:cacheprovider --junitxml="$out/pytest_cuda.xml" tests \
+  > "$out/pytest_cuda.log" 2>&1
 rc=$?
 [ $dry = 1 ] && [ $rc = 5 ] && rc=0  # dry run: every CUDA test is skipped, none collected is fine
 tail -5 "$out/pytest_cuda.log"
 finish pytest "$rc"
 
-stage "3. DALI ($device) vs fallback pixels, row by row"
-timeout 70 "$py" -m bench.equivalence --device "$device" --images 16 --json "$out/equivalence_$device.json" 2>&1 \
-  | tee "$out/equivalence_$device.txt"
+stage "3. DALI ($device) vs fallback pixels, row by row: decoders, operators on the same pixels, every operation"
+timeout 85 "$py" -m bench.equivalence --device "$device" --images 16 --transforms --json "$out/equivalence_$device.json" \
+  2>&1 | tee "$out/equivalence_$device.txt"
 finish equivalence "${PIPESTATUS[0]}"
 
 stage "4. throughput: ${contenders[*]} on $images x $size, GPU sampled by nvidia-smi dmon"
 w=${size%x*}; h=${size#*x}
 data="/tmp/gpu-check-data-$images-$size"
-timeout 40 "$py" -c "from dali_backend.synthetic import generate_defect_dataset as g; g('$data', n=$images, size=($w, $h), seed=0, progress=False)"
+timeout 30 "$py" -c "from dali_backend.synthetic import generate_defect_dataset as g; g('$data', n=$images, size=($w, $h), seed=0, progress=False)"
 if [ $dry = 0 ]; then
   nvidia-smi dmon -s um -o T -d 1 > "$out/dmon.txt" 2>&1 &
   dmon=$!
   trap '[ -n "${dmon:-}" ] && kill "$dmon" 2>/dev/null' EXIT
 fi
-timeout 100 "$py" -m bench --data "$data" --epochs 2 --only "${contenders[@]}" --no-plot --json "$out/bench.json" 2>&1 \
+timeout 110 "$py" -m bench --data "$data" --epochs 2 --only "${contenders[@]}" --no-plot --json "$out/bench.json" 2>&1 \
   | tail -12 | tee "$out/bench.txt"
 finish bench "${PIPESTATUS[0]}"
 [ $dry = 0 ] && kill "$dmon" 2>/dev/null
 smi --query-gpu=memory.used,memory.total --format=csv >> "$out/bench.txt" 2>&1
 
 stage "5. hw_decoder_load sweep (0.65 / 0.85 / 1.0) on the same data"
-timeout 60 "$py" -m bench.gpu_probe sweep --data "$data" --out "$out" --epochs 2 "${probe[@]}" 2>&1 | tee "$out/sweep.txt"
+timeout 50 "$py" -m bench.gpu_probe sweep --data "$data" --out "$out" --epochs 2 "${probe[@]}" 2>&1 | tee "$out/sweep.txt"
 finish sweep "${PIPESTATUS[0]}"
 
 echo "gpu_check finished in $((SECONDS - t0)) s, status $status; files in $out:" | tee -a "$out/stages.log"

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from .epochs import EpochLoaderMixin
+from .handoff import DeviceHandoff
 from .errors import (BadImageError, ConfigError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError,
                      StaleIteratorError)
 from .memory import EveryNth
@@ -333,7 +334,7 @@ class _DaliRunner:
         self.backend, self.on_error, self.timeout = backend, on_error, timeout
         self.gpu = gpu = backend == "dali-gpu"
         self.lookahead = prefetch_queue_depth + 4  # batches written ahead of consumption
-        self.pipe = self.iterator = self._caller = self.ring = None
+        self.pipe = self.iterator = self._caller = self.ring = self._handoff = None
         self.broken: BaseException | None = None
         self.closed = False
         self._pid = os.getpid()
@@ -369,6 +370,7 @@ class _DaliRunner:
         self._clean_interrupt = False  # set when a Ctrl-C arrives while waiting for DALI (a safe place)
         self._trim = EveryNth(8)  # a trim per batch also made every fresh output buffer fault in again
         self._caller = _PipelineThread()
+        self._handoff = DeviceHandoff() if gpu else None  # DALI's GPU buffers never leave this runner
         _LIVE_RUNNERS.add(self)
 
     def check_workers(self) -> None:
@@ -406,9 +408,11 @@ class _DaliRunner:
         done.record(torch.cuda.current_stream(self.device))
         return out, done
 
-    def _call(self):
+    def _call(self, keep: bool = True):
         """One batch from DALI, waited for in this thread (any thread) while watching the workers.
 
+        On the GPU a kept batch is copied into torch-owned memory on the caller's stream (see
+        :mod:`dali_backend.handoff`); a batch that is dropped (``keep=False``) is not.
         A Ctrl-C during the wait leaves DALI to finish the batch in its thread; the runner stays
         consistent (that batch was already taken off the schedule) and the next call drops its result.
         """
@@ -431,14 +435,16 @@ class _DaliRunner:
         except KeyboardInterrupt:
             self._clean_interrupt = True
             raise
-        if done is not None:  # the caller's stream (maybe not the default one) waits for DALI's copy
+        if done is not None:  # the caller's stream (maybe not the default one) waits for DALI's work
             torch.cuda.current_stream(self.device).wait_event(done)
+            if keep:
+                out = self._handoff.take(out)
         return out
 
-    def _run_one(self, expected: np.ndarray):
+    def _run_one(self, expected: np.ndarray, keep: bool = True):
         self.check_workers()
         try:
-            out = self._call()
+            out = self._call(keep)
         except (KeyboardInterrupt, LoaderWorkerError, LoaderTimeoutError):
             raise
         except StopIteration as e:
@@ -459,7 +465,7 @@ class _DaliRunner:
         for _ in range(stale):
             self._fill()  # DALI blocks on unwritten slots while it prefetches: stay ahead at all times
             _, _, rows = self._queue.popleft()
-            self._run_one(rows)  # the outputs of stale batches are dropped
+            self._run_one(rows, keep=False)  # the outputs of stale batches are dropped
 
     def _guarded(self, fn, *args):
         """Run a step; anything but a clean interruption or a bad file leaves the runner broken."""
@@ -537,6 +543,8 @@ class _DaliRunner:
         if self._caller is not None and not self._caller.stop():
             _STUCK.append((self.pipe, self.iterator, self._caller))  # destroying them would hang this thread
         self._caller = None
+        if self._handoff is not None:
+            self._handoff.drain()  # DALI's buffers outlive the copies made from them
         self.iterator = None
         self.pipe = None
         if self.ring is not None:

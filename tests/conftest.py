@@ -17,6 +17,10 @@ def cuda_available() -> bool:
     return torch.cuda.device_count() > 0  # NVML: does not initialise the driver (DALI could not fork after)
 
 
+needs_cuda = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
+CUDA = [pytest.mark.cuda, needs_cuda]  # marks of a CUDA-only case: pytest.param(..., marks=CUDA)
+
+
 def jpeg_bytes(h: int = 48, w: int = 64, seed: int = 0, color: bool = False, quality: int = 90) -> bytes:
     """A small textured JPEG, deterministic in its arguments."""
     rng = np.random.default_rng(seed)

@@ -115,3 +115,15 @@ def test_missing_matplotlib_names_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(MissingDependencyError, match=r"pip install 'dali-backend\[plot\]'"):
         require_matplotlib()
+
+
+def test_gpu_check_stage_limits_fit_one_device_command():
+    """The stages' time limits (each `timeout`, plus its kill grace) add up to at most 480 s of the 600 s
+    a device command may run, so every stage's files come back."""
+    import re
+
+    text = (ROOT / "bench" / "gpu_check.sh").read_text()
+    limits = [int(n) + int(k or 0) for k, n in re.findall(r"^\s*timeout (?:-s \w+ )?(?:-k (\d+) )?(\d+) ", text, re.M)]
+    assert len(limits) >= 8, limits
+    assert sum(limits) <= 480, (limits, sum(limits))
+    assert "--transforms" in text and "recipe-dali-gpu" in text and "--junitxml" in text

@@ -15,9 +15,8 @@ import numpy as np
 import pytest
 
 from clahe_gpu_model import dali_gpu_clahe, opencv_padding
-from conftest import cuda_available
+from conftest import needs_cuda
 
-needs_cuda = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
 SIZES = [(1536, 2048), (1234, 1624), (300, 400), (33, 257), (7, 5), (1, 1), (2, 3), (3000, 12), (12, 3000), (64, 64),
          (65, 9)]
 TILES = [(8, 8), (5, 3)]

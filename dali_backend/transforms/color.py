@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Literal
 
 import numpy as np
 
@@ -135,15 +136,21 @@ class ColorJitter(Transform):
         return images
 
 
-def _jitter_lut(brightness: float, contrast: float, center: float) -> np.ndarray:
+def _jitter_lut(brightness: float, contrast: float, center: float, ties: Literal["up", "even"] = "up") -> np.ndarray:
     """``b * (center + c * (x - center))`` for x in 0..255 as DALI's kernel evaluates it (float32,
-    ``x * (b * c) + b * (center - c * center)``), rounded half up, clipped."""
+    ``x * (b * c) + b * (center - c * center)``), rounded and clipped.
+
+    Rounding of exact ties (x.5): ``"up"`` is DALI's CPU kernel (``std::round``; the values are
+    non-negative where it matters), what both backends compute on CPU operators; ``"even"`` is DALI's
+    GPU kernel (``__float2int_rn``), used to predict the GPU's 1-level tie differences exactly.
+    """
     f32 = np.float32
     b = f32(f32(f32(brightness) * f32(255.0)) / f32(255.0))
     c, m = f32(contrast), f32(center)
     addend = b * (m - c * m)
-    x = np.arange(256, dtype=np.float32)
-    return np.clip(np.floor(x * (b * c) + addend + f32(0.5)), 0, 255).astype(np.uint8)
+    y = np.arange(256, dtype=np.float32) * (b * c) + addend
+    rounded = np.floor(y + f32(0.5)) if ties == "up" else np.rint(y)
+    return np.clip(rounded, 0, 255).astype(np.uint8)
 
 
 @lru_cache(maxsize=64)

@@ -1,0 +1,75 @@
+"""Taking DALI's GPU outputs into torch-owned memory without a host sync, safe by construction.
+
+With ``exec_dynamic=True`` DALI's PyTorch iterator hands out its own output buffers through DLPack,
+without a copy. DLPack shares ownership, not stream order: when the torch tensor is freed, DALI
+returns the buffer to its pool in *its* stream's order (``buffer.h``), and may reuse it for a later
+batch before the consumer's stream has run the kernels that read it — wrong pixels with no error in
+GPU-bound training. So the batch never leaves the DALI executor as DALI's memory: :meth:`take` copies
+each GPU output on the consumer's current stream into memory from torch's caching allocator (which
+orders reuse on that stream), records an event after the copy, and keeps DALI's output alive until
+that event has completed. The copy is device-to-device, one read and one write of the uint8 batch
+(~40 MB for 256 x 3 x 224 x 224: microseconds at HBM bandwidth, a fraction of the normalisation that
+follows); keeping DALI's buffer and normalising from it instead would leave the uint8 output (which is
+handed to the user as it is) unsafe. Nothing here blocks the host except :meth:`drain` on close.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from contextlib import nullcontext
+
+import torch
+
+
+class DeviceHandoff:
+    """Copies GPU tensors out of a producer's memory and holds the producer's objects until the copy ran.
+
+    ``event_factory`` makes the completion markers (``torch.cuda.Event`` by default; tests pass a fake
+    with ``record(stream)``, ``query()`` and ``synchronize()``).
+    """
+
+    def __init__(self, event_factory: Callable[[], object] | None = None):
+        self._event_factory = event_factory or torch.cuda.Event
+        self._pending: deque = deque()  # (event, the producer's objects), oldest first
+
+    def __len__(self) -> int:
+        """Producer objects still held (their copies may not have run yet)."""
+        return len(self._pending)
+
+    def take(self, outputs: dict[str, torch.Tensor], stream=None) -> dict[str, torch.Tensor]:
+        """``outputs`` with every non-CPU tensor replaced by a torch-owned copy made on ``stream``
+        (default: the current stream of the tensor's device); ``outputs`` itself is held until then."""
+        self.release_finished()
+        owned, device = {}, None
+        for name, tensor in outputs.items():
+            if tensor.device.type == "cpu":
+                owned[name] = tensor  # read synchronously by the host: freed only after it has been read
+                continue
+            device = tensor.device
+            if stream is None and device.type == "cuda":
+                stream = torch.cuda.current_stream(device)
+            copy = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+            with torch.cuda.stream(stream) if isinstance(stream, torch.cuda.Stream) else nullcontext():
+                copy.copy_(tensor, non_blocking=True)
+            owned[name] = copy
+        if device is not None:
+            event = self._event_factory()
+            event.record(stream)
+            self._pending.append((event, outputs))
+        return owned
+
+    def release_finished(self) -> int:
+        """Drop the producer objects whose copies have completed (oldest first); returns how many."""
+        released = 0
+        while self._pending and self._pending[0][0].query():
+            self._pending.popleft()
+            released += 1
+        return released
+
+    def drain(self) -> None:
+        """Wait for every pending copy, then drop every producer object (before the producer is destroyed)."""
+        while self._pending:
+            event, _ = self._pending.popleft()
+            event.synchronize()
+

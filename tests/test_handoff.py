@@ -1,0 +1,123 @@
+"""DALI's GPU outputs leave the executor only as torch-owned copies, and DALI's buffers live until
+the copies have run (``dali_backend.handoff``). The bookkeeping is tested on the CPU with fake events
+and ``meta`` tensors; the CUDA case delays the consumer's stream and checks no batch changed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import needs_cuda
+from dali_backend.handoff import DeviceHandoff
+
+
+class FakeEvent:
+    """A completion marker that completes when the test says so."""
+
+    made: list = []
+
+    def __init__(self):
+        self.done = False
+        self.recorded_on = None
+        self.synchronized = False
+        FakeEvent.made.append(self)
+
+    def record(self, stream):
+        self.recorded_on = stream
+
+    def query(self):
+        return self.done
+
+    def synchronize(self):
+        self.synchronized = True
+        self.done = True
+
+
+@pytest.fixture()
+def handoff():
+    FakeEvent.made = []
+    return DeviceHandoff(event_factory=FakeEvent)
+
+
+def test_device_outputs_are_copied_and_the_producer_is_held_until_the_copy_ran(handoff):
+    dali = {"images": torch.empty(2, 3, 4, 4, dtype=torch.uint8, device="meta"), "labels": torch.arange(2)}
+    stream = object()
+    got = handoff.take(dali, stream=stream)
+    assert got["images"] is not dali["images"] and got["images"].device.type == "meta"
+    assert got["labels"] is dali["labels"]  # host tensors are read synchronously: no copy
+    assert len(handoff) == 1 and FakeEvent.made[0].recorded_on is stream
+    assert handoff.release_finished() == 0 and len(handoff) == 1  # copy not run yet: DALI's buffer stays
+    FakeEvent.made[0].done = True
+    assert handoff.release_finished() == 1 and len(handoff) == 0
+
+
+def test_outputs_are_released_oldest_first_and_only_when_complete(handoff):
+    for _ in range(3):
+        handoff.take({"images": torch.empty(1, device="meta")}, stream=object())
+    first, second, third = FakeEvent.made
+    second.done = True
+    assert handoff.release_finished() == 0  # the oldest copy has not run: nothing after it is released either
+    first.done = True
+    assert handoff.release_finished() == 2 and len(handoff) == 1
+    third.done = True
+    handoff.take({"images": torch.empty(1, device="meta")}, stream=object())  # each take releases what finished
+    assert len(handoff) == 1
+
+
+def test_drain_waits_for_every_copy(handoff):
+    for _ in range(2):
+        handoff.take({"images": torch.empty(1, device="meta")}, stream=object())
+    handoff.drain()
+    assert len(handoff) == 0 and all(e.synchronized for e in FakeEvent.made)
+
+
+def test_host_only_outputs_hold_nothing(handoff):
+    cpu = {"images": torch.zeros(2, 3, 4, 4, dtype=torch.uint8), "labels": torch.arange(2)}
+    got = handoff.take(cpu)
+    assert got["images"] is cpu["images"] and len(handoff) == 0 and not FakeEvent.made
+
+
+def test_the_dali_gpu_runner_uses_the_handoff_and_cpu_runners_do_not():
+    """Source check that ties the bookkeeping to the runner: GPU batches go through ``take``, dropped
+    (stale) batches are not copied, and close drains before DALI's pipeline is released."""
+    import inspect
+
+    from dali_backend import loader
+
+    src = inspect.getsource(loader._DaliRunner)
+    assert "DeviceHandoff() if gpu else None" in src
+    assert "self._handoff.take(out)" in src and "keep=False" in src
+    close = inspect.getsource(loader._DaliRunner.close)
+    assert close.index("drain()") < close.index("self.pipe = None")
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_a_delayed_consumer_stream_never_sees_a_later_batch(defect_index):
+    """The race the hand-off removes: the consumer's stream runs far behind while DALI keeps producing
+    (and reusing its buffers). Every batch must equal the same draws served without any delay."""
+    from dali_backend import AugmentSpec, DaliLoader, WeightedSampler
+    from fallback import ImageDataset
+
+    ds = ImageDataset(defect_index, AugmentSpec(size=64, dtype="uint8"), seed=0)
+    sampler = WeightedSampler(defect_index, num_samples=96, seed=5)
+
+    def batches(delay: bool):
+        out = []
+        with DaliLoader(ds, batch_size=8, sampler=sampler, device="cuda", backend="dali",
+                        prefetch_queue_depth=4) as loader:
+            loader.set_epoch(0)
+            for images, _ in loader:
+                if delay:
+                    torch.cuda._sleep(20_000_000)  # ~10 ms of GPU time on the consumer stream before any read
+                    kept = images + 0  # a consumer kernel queued behind the sleep
+                else:
+                    kept = images.clone()
+                out.append(kept)
+            torch.cuda.synchronize()
+        return [b.cpu() for b in out]
+
+    calm, delayed = batches(False), batches(True)
+    assert len(calm) == len(delayed) == 12
+    for k, (a, b) in enumerate(zip(calm, delayed, strict=True)):
+        assert torch.equal(a, b), f"batch {k} changed under a delayed consumer stream"
