@@ -17,6 +17,7 @@ from pathlib import Path
 from .cliargs import (OneLineParser, operation_list, add_index_load_arguments, data_or_index, default_cache, existing_dir, fraction,
                       index_file, int_range, keyword_rules, load_data, output_dir, output_file, positive_int,
                       run_command, size_wxh, verbosity_parent)
+from .index import check_output_path, write_atomic
 
 log = logging.getLogger("dali_backend.cli")
 
@@ -43,31 +44,52 @@ def cmd_index(args) -> int:
         from .errors import ConfigError
 
         raise ConfigError(f"--manifest {args.manifest} labels the files already; drop --keywords/--keyword-rules")
+    report = Path(str(args.out) + ".rejected.csv")
+    check_output_path(report, "rejected-files report")  # --out itself was checked by output_file
     t0 = time.perf_counter()
     index = _index_from_args(args)  # the library logs the summary (stderr; hidden by -q)
     log.debug("index built in %.2f s", time.perf_counter() - t0)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     index.save(args.out)
-    print(f"index of {len(index)} files written to {args.out}")
+    print(_shown(f"index of {len(index)} files written to {args.out}"))
     if index.rejected:
-        report = Path(str(args.out) + ".rejected.csv")
-        with open(report, "w", encoding="utf-8") as f:
-            f.write("path,reason\n")
-            for r in index.rejected:
-                f.write(f"\"{r.path.replace(chr(34), chr(34) * 2)}\",\"{r.reason.replace(chr(34), chr(34) * 2)}\"\n")
-        print(f"{len(index.rejected)} rejected files listed in {report}")
+        write_atomic(report, lambda f: f.write(_rejected_csv(index.rejected)), "rejected-files report")
+        print(_shown(f"{len(index.rejected)} rejected files listed in {report}"))
     return 0
+
+
+def _rejected_csv(rejected) -> bytes:
+    """``path,reason`` CSV of rejected files; a name that is not UTF-8 on disk keeps its bytes."""
+    def cell(text: str) -> str:
+        return '"' + text.replace('"', '""') + '"'
+
+    lines = ["path,reason"] + [f"{cell(r.path)},{cell(r.reason)}" for r in rejected]
+    return _encoded("\n".join(lines) + "\n")
+
+
+def _encoded(text: str) -> bytes:
+    """UTF-8 bytes of ``text``; a name that was not UTF-8 on disk gets its own bytes back."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that is no escaped byte (a JSON "\\ud800")
+        return text.encode("utf-8", "backslashreplace")
+
+
+def _shown(text: str) -> str:
+    """``text`` printable on any stdout: bytes of names that are not UTF-8 on disk shown as ``\\xff``."""
+    return _encoded(text).decode("utf-8", "backslashreplace")
 
 
 def cmd_split(args) -> int:
     index = load_data(args.index, args.root, args.no_check, arg="index")
     train, val = index.split(args.val_fraction, seed=args.seed)
+    check_output_path(args.val_out, "--val-out")  # both refused before either is written
     for out, part in ((args.train_out, train), (args.val_out, val)):
         out.parent.mkdir(parents=True, exist_ok=True)
         part.save(out)
     for name, part in (("train", train), ("val", val)):
         counts = ", ".join(f"{c} {k}" for c, k in zip(part.classes, part.class_counts()))
-        print(f"{name}: {len(part)} files ({counts})")
+        print(_shown(f"{name}: {len(part)} files ({counts})"))
     return 0
 
 
@@ -92,7 +114,22 @@ def save_preview(images, labels, classes, spec, path: Path, columns: int = 8) ->
         cv2.putText(grid, classes[int(labels[i])], (c * w + 3, r * (h + 18) + 13), cv2.FONT_HERSHEY_SIMPLEX, 0.45,
                     (255, 255, 255), 1, cv2.LINE_AA)
     path.parent.mkdir(parents=True, exist_ok=True)
-    cv2.imwrite(str(path), grid)
+    _write_image(path, grid)
+
+
+def _write_image(path: Path, img) -> None:
+    """Encode ``img`` in the format ``path``'s suffix names (default PNG) and write it atomically
+    (:func:`~dali_backend.index.write_atomic`: a folder, FIFO or device at ``path`` is refused, never opened)."""
+    import cv2
+
+    suffix = path.suffix.lower() or ".png"
+    try:
+        ok, data = cv2.imencode(suffix, img)
+    except cv2.error:
+        ok = False
+    if not ok:
+        raise OSError(f"OpenCV could not write {path} (no {suffix} encoder); give a .png file name")
+    write_atomic(path, lambda f: f.write(data.tobytes()), "preview image")
 
 
 def _text(img, text: str, x: int, y: int, max_width: int, scale: float = 0.5) -> None:
@@ -205,9 +242,8 @@ def cmd_preview(args) -> int:
     counts = np.bincount(index.labels[sampler.global_draw()], minlength=len(index.classes))
     grid = np.vstack([*parts, *rows, _histogram(index.classes, counts, width, max(120, th // 2))])
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    if not cv2.imwrite(str(args.out), grid):
-        raise OSError(f"OpenCV could not write {args.out}; give a .png file name")
-    print(f"preview of {len(draws)} draws ({', '.join(columns)}) written to {args.out}")
+    _write_image(args.out, grid)
+    print(_shown(f"preview of {len(draws)} draws ({', '.join(columns)}) written to {args.out}"))
     return 0
 
 

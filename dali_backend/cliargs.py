@@ -2,7 +2,7 @@
 
 Both command lines import this module and it imports neither of them, so ``dali_backend.cli`` and
 ``bench`` have no import cycle. Besides the standard library it imports only
-:mod:`dali_backend.errors`, when a command runs.
+:mod:`dali_backend.errors` (when a command runs) and :func:`dali_backend.jpeg.file_kind`.
 
 Every user error ends the same way: one line on stderr that names the argument, the value and the
 fix, exit status 2, no traceback. Values are checked by argparse ``type=`` functions (before any
@@ -16,6 +16,7 @@ import argparse
 import json
 import logging
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -151,13 +152,37 @@ def existing_dir(text: str) -> Path:
     return path
 
 
-def is_index_file(path: str | os.PathLike) -> bool:
-    """Whether ``path`` starts like an index file (a numpy ``.npz`` archive)."""
+def path_kind(path: str | os.PathLike) -> str | None:
+    """What is at ``path`` after following symlinks: ``"regular"``, ``"directory"``, ``"FIFO"``,
+    ``"character device"``...; ``None`` when nothing is there (or it cannot be reached)."""
+    from .jpeg import file_kind
+
     try:
-        with open(path, "rb") as f:
-            return f.read(4) == NPZ_MAGIC
+        return file_kind(os.stat(path).st_mode)
+    except (OSError, ValueError):  # ValueError: a NUL byte in the path
+        return None
+
+
+def is_index_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a regular file that starts like an index file (a numpy ``.npz`` archive).
+
+    The type is checked before opening (a FIFO would block ``open()`` forever, a device has side
+    effects), and again on the descriptor, which is opened non-blocking, in case the file was swapped.
+    """
+    if path_kind(path) != "regular":
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+                     | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
     except OSError:
         return False
+    with os.fdopen(fd, "rb") as f:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and f.read(4) == NPZ_MAGIC
+
+
+def _not_regular(text: str, kind: str) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(f"{text!r} is a {kind}, not an index file; pass the .npz written by "
+                                      "`dali-backend index`")
 
 
 def _not_index(text: str) -> argparse.ArgumentTypeError:
@@ -174,6 +199,9 @@ def index_file(text: str) -> Path:
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a folder, not an index file; build one with: "
                                          f"dali-backend index {text} --out index.npz")
+    kind = path_kind(path)
+    if kind not in ("regular", None):
+        raise _not_regular(text, kind)
     if not is_index_file(path):
         raise _not_index(text)
     return path
@@ -186,17 +214,26 @@ def data_or_index(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"{text!r} does not exist; pass a data folder (root/<class>/*.jpg) or an index file")
     if path.is_dir():
         return path
+    kind = path_kind(path)
+    if kind not in ("regular", None):
+        raise argparse.ArgumentTypeError(f"{text!r} is a {kind}; pass a data folder (root/<class>/*.jpg) or an "
+                                         "index file")
     if not is_index_file(path):
         raise _not_index(text)
     return path
 
 
 def output_file(text: str) -> Path:
-    """A file path that can be written: not a folder, and its nearest existing parent is a writable folder
-    (missing parent folders are created by the command)."""
+    """A file path that can be written: absent or a regular file (never a folder, FIFO, socket or device
+    such as ``/dev/null``, which would be replaced or written into), whose nearest existing parent is a
+    writable folder (missing parent folders are created by the command)."""
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a folder; pass a file name inside it, e.g. {Path(text) / 'out'}")
+    kind = path_kind(path)
+    if kind not in ("regular", None):
+        raise argparse.ArgumentTypeError(f"{text!r} is a {kind}, not a regular file; refusing to write or replace "
+                                         "it. Pass the path of a file to create or overwrite")
     _check_writable_parent(text, path.parent)
     return path
 

@@ -69,3 +69,8 @@ class LoaderTimeoutError(DaliBackendError, RuntimeError):
 
 class StaleIteratorError(LoaderClosedError):
     """An iterator of a loader was used after a newer pass over the same loader began."""
+
+
+class OutputFileError(DaliBackendError, OSError):
+    """A file could not be written: its path is a folder, FIFO, socket or device (never replaced), or the
+    write failed (disk full, permissions). The message names the path; nothing was left behind."""
