@@ -2,8 +2,11 @@
 
 Reads the marker segments up to the first scan (a few hundred bytes for most files), takes the frame
 size from the SOFn header, and checks that an end-of-image marker follows the scan data. Bytes after
-the end marker are accepted (cameras append data there). 4-component (CMYK/YCCK) files are refused:
-the two backends' decoders convert them differently. The trade-off: a file whose entropy data is
+the end marker are accepted (cameras append data there). Files the two backends' decoders (OpenCV's
+``cv2.imdecode`` and DALI's ``fn.decoders.image``) cannot both read, or would read differently, are
+refused by their headers: 4-component (CMYK/YCCK) files, frame types or precisions other than 8-bit
+sequential or progressive (:func:`frame_refusal`), and EXIF segments whose orientations disagree
+(:func:`orientation_refusal`). The trade-off: a file whose entropy data is
 corrupted in the middle, or cut short and re-terminated with an end-of-image marker (it decodes with
 its bottom rows flat grey), passes these checks; only ``verify="decode"`` at index time catches those.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -22,6 +26,15 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _SOF_MARKERS = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
 # Markers without a length field.
 _STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})
+# The coding process each SOFn marker announces.
+_PROCESS = {0xC0: "baseline", 0xC1: "extended sequential", 0xC2: "progressive", 0xC3: "lossless",
+            0xC5: "hierarchical sequential", 0xC6: "hierarchical progressive", 0xC7: "hierarchical lossless",
+            0xC9: "arithmetic-coded sequential", 0xCA: "arithmetic-coded progressive",
+            0xCB: "arithmetic-coded lossless", 0xCD: "hierarchical arithmetic-coded sequential",
+            0xCE: "hierarchical arithmetic-coded progressive", 0xCF: "hierarchical arithmetic-coded lossless"}
+# Processes both decoders read, at 8-bit precision with 1 or 3 components, in gray and in colour.
+_READABLE_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC9, 0xCA})
+_LOSSLESS_SOF = 0xC3
 DEFAULT_MAX_PIXELS = 100_000_000
 
 
@@ -142,6 +155,7 @@ def _check(data: bytes, size: int, max_pixels: int, load_full, tail: bytes) -> J
     if data[:2] != SOI:
         return JpegCheck(_describe_start(data[:16]))
     pos, width, height = 2, 0, 0
+    orientations: list[int] = []
     while True:
         if pos + 65540 > len(data) and len(data) < size:
             data = load_full()  # headers run past the first block (large EXIF/ICC segments)
@@ -164,6 +178,10 @@ def _check(data: bytes, size: int, max_pixels: int, load_full, tail: bytes) -> J
         length = (data[pos] << 8) | data[pos + 1]
         if length < 2 or pos + length > size:
             return JpegCheck(f"truncated in the headers (segment 0xFF{marker:02X} at byte {pos - 2} runs past the end)")
+        if marker == 0xE1:
+            tag = _exif_orientation(data[pos + 2:pos + length])
+            if tag is not None:
+                orientations.append(tag)
         if marker in _SOF_MARKERS:
             if length < 8:
                 return JpegCheck(f"frame header too short ({length} bytes)")
@@ -171,9 +189,9 @@ def _check(data: bytes, size: int, max_pixels: int, load_full, tail: bytes) -> J
             width = (data[pos + 5] << 8) | data[pos + 6]
             if width == 0 or height == 0:
                 return JpegCheck(f"frame header declares an empty or deferred size ({width}x{height})")
-            if data[pos + 7] == 4:
-                return JpegCheck("4-component (CMYK/YCCK) JPEG: OpenCV and DALI convert CMYK differently (up to "
-                                 "2 levels, 14 after CLAHE), so the backends would disagree; convert it to RGB", width, height)
+            refusal = frame_refusal(marker, data[pos + 2], data[pos + 7])
+            if refusal:
+                return JpegCheck(refusal, width, height)
             if width * height > max_pixels:
                 return JpegCheck(
                     f"frame header declares {width}x{height} = {width * height / 1e6:.1f} MP, "
@@ -183,6 +201,9 @@ def _check(data: bytes, size: int, max_pixels: int, load_full, tail: bytes) -> J
         if marker == 0xDA:  # start of scan: entropy-coded data follows
             if width == 0:
                 return JpegCheck("scan before any frame header (no SOF marker)")
+            refusal = orientation_refusal(orientations)
+            if refusal:
+                return JpegCheck(refusal, width, height)
             scan_start = pos + length
             # Fast path: the file ends with EOI. Otherwise look for it (trailing bytes are allowed).
             # Inside entropy data 0xFF is always followed by 0x00 or RSTn, so the first FF D9 is EOI.
@@ -197,57 +218,159 @@ def _check(data: bytes, size: int, max_pixels: int, load_full, tail: bytes) -> J
         pos += length
 
 
-def _exif_orientation(segment: bytes) -> int:
-    """The orientation tag (1-8) of an APP1 ``Exif`` segment's payload, 1 when absent or unreadable."""
-    if segment[:6] != b"Exif\x00\x00" or len(segment) < 14:
-        return 1
+def frame_refusal(marker: int, precision: int, components: int) -> str | None:
+    """Why the decoders cannot read a frame of this SOFn ``marker``, sample ``precision`` and number of
+    ``components`` alike, or None.
+
+    Measured (issue 18) with ``cv2.imdecode`` and DALI's CPU ``fn.decoders.image``, both libjpeg-turbo:
+    both read 8-bit baseline, extended (SOF1), progressive and arithmetic-coded (SOF9, SOF10) frames of
+    1 or 3 components, in gray and in colour, to identical pixels. Both refuse (as "corrupt JPEG data"
+    at run time) 12- and 16-bit precision in every process, hierarchical frames (SOF5-7, SOF13-15),
+    lossless arithmetic coding (SOF11) and 2 components. Lossless frames (SOF3) of 8 bits or fewer
+    decode only in their own colour mode (1 component: gray only, 3: RGB only; libjpeg-turbo converts
+    no colours losslessly), so a loader in the other mode would fail on them.
+    """
+    process, sof = _PROCESS.get(marker, "unknown"), f"SOF{marker - 0xC0}"
+    name = f"{process} JPEG ({sof})"
+    if marker not in _READABLE_SOF and marker != _LOSSLESS_SOF:
+        return (f"{name} is not supported by the decoders (OpenCV and DALI both refuse it); "
+                "re-encode it as baseline JPEG")
+    if precision != 8:
+        return (f"{precision}-bit precision ({process} JPEG, {sof}): the decoders read 8-bit JPEG only (OpenCV and "
+                "DALI both refuse it); convert it to 8-bit baseline JPEG")
+    if components == 4:
+        return ("4-component (CMYK/YCCK) JPEG: OpenCV and DALI convert CMYK differently (up to 2 levels, 14 after "
+                "CLAHE), so the backends would disagree; convert it to RGB")
+    if components not in (1, 3):
+        return (f"{components}-component JPEG: the decoders read 1 (gray) or 3 (colour) components only; "
+                "convert it to gray or RGB")
+    if marker == _LOSSLESS_SOF:
+        own, other = ("gray", "RGB") if components == 1 else ("RGB", "gray")
+        return (f"{name} is not supported by the decoders: they read a {components}-component lossless file "
+                f"as {own} only (no colour conversion in lossless mode), so a {other} loader would fail on it; "
+                "re-encode it as baseline JPEG")
+    return None
+
+
+def _exif_orientation(segment: bytes | memoryview) -> int | None:
+    """The orientation tag of an APP1 segment's payload: 1-8 as written, 1 for a value out of that range
+    (no rotation, as both decoders read it); None when the segment is not ``Exif`` or holds no readable
+    tag (the decoders skip such segments). The value is the tag's first two bytes whatever its type.
+    """
+    if bytes(segment[:6]) != b"Exif\x00\x00" or len(segment) < 14:
+        return None
     tiff = segment[6:]
-    order = {b"II": "little", b"MM": "big"}.get(tiff[:2])
+    order = {b"II": "little", b"MM": "big"}.get(bytes(tiff[:2]))
     if order is None:
-        return 1
+        return None
     ifd = int.from_bytes(tiff[4:8], order)
     if ifd + 2 > len(tiff):
-        return 1
+        return None
     for k in range(int.from_bytes(tiff[ifd:ifd + 2], order)):
         entry = tiff[ifd + 2 + 12 * k: ifd + 14 + 12 * k]
         if len(entry) < 12:
-            return 1
+            return None
         if int.from_bytes(entry[:2], order) == 0x0112:
             value = int.from_bytes(entry[8:10], order)
             return value if 1 <= value <= 8 else 1
-    return 1
+    return None
 
 
-def decoded_size(data: bytes | memoryview) -> tuple[int, int] | None:
-    """``(height, width)`` of the image the decoders produce from ``data``: the frame header's size,
-    swapped when the EXIF orientation (5-8) turns the image by 90 degrees; PNG bytes read from IHDR.
+_COUNT = {2: "two", 3: "three", 4: "four"}
 
-    Reads headers only (microseconds, whatever the size of APPn segments before the frame: no copy),
-    so the per-draw parameters of size-dependent operations (crops) can be drawn before decoding.
-    None when no frame header is found.
+
+def orientation_refusal(orientations: Sequence[int]) -> str | None:
+    """Why EXIF orientation tags (in file order, one per EXIF segment that has one) make the decoders
+    rotate the image differently, or None.
+
+    Measured (issue 18): both decoders read the EXIF segments before the first scan, before or after
+    the frame header and whichever APPn comes first; segments after the first scan are ignored.
+    OpenCV applies the first orientation tag, DALI the last, and neither can be told otherwise, so a
+    file whose tags differ is refused; several tags with one value are read alike and accepted.
+    """
+    if len(set(orientations)) <= 1:
+        return None
+    count = _COUNT.get(len(orientations), str(len(orientations)))
+    values = ", then ".join(map(str, orientations))
+    return (f"{count} EXIF segments with different orientations: decoders disagree (orientation {values}; "
+            f"OpenCV applies the first, {orientations[0]}, DALI the last, {orientations[-1]}), so the backends "
+            "would rotate the image differently; keep one EXIF segment or re-save the file")
+
+
+@dataclass(frozen=True)
+class FrameHeader:
+    """What :func:`read_frame_header` finds before the first scan."""
+
+    marker: int  # the SOFn marker (0xC0 baseline, 0xC2 progressive, ...)
+    precision: int
+    components: int
+    height: int  # as stored, before the EXIF orientation
+    width: int
+    orientations: tuple[int, ...]  # the EXIF orientation tags, in file order
+
+    @property
+    def orientation(self) -> int:
+        """The EXIF orientation DALI applies (the last tag; files whose tags differ are refused)."""
+        return self.orientations[-1] if self.orientations else 1
+
+
+def read_frame_header(data: bytes | memoryview) -> FrameHeader | None:
+    """The frame header of JPEG ``data`` and the EXIF orientation tags before its first scan, where the
+    decoders read them (EXIF before or after the frame header alike); None when no frame header comes
+    before the first scan. Reads headers only, without copying them.
     """
     data = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else data
-    if bytes(data[:8]) == PNG_SIGNATURE and len(data) >= 24:
-        return int.from_bytes(data[20:24], "big"), int.from_bytes(data[16:20], "big")
     if bytes(data[:2]) != SOI:
         return None
-    pos, orientation = 2, 1
-    while pos + 4 <= len(data):
-        if data[pos] != 0xFF:
-            return None
+    pos, frame, orientations = 2, None, []
+    while pos + 4 <= len(data) and data[pos] == 0xFF:
         while pos + 1 < len(data) and data[pos + 1] == 0xFF:
             pos += 1
         marker = data[pos + 1]
         pos += 2
         if marker in _STANDALONE:
             continue
+        if marker in (0xDA, 0xD9) or pos + 2 > len(data):
+            break
         length = (data[pos] << 8) | data[pos + 1]
-        if marker == 0xE1 and orientation == 1:  # the first Exif segment counts, as in libjpeg-turbo users
-            orientation = _exif_orientation(bytes(data[pos + 2:pos + length]))
-        if marker in _SOF_MARKERS and pos + 7 <= len(data):
-            height, width = (data[pos + 3] << 8) | data[pos + 4], (data[pos + 5] << 8) | data[pos + 6]
-            return (width, height) if orientation >= 5 else (height, width)
-        if marker in (0xDA, 0xD9):
-            return None
+        if length < 2:
+            break
+        if marker == 0xE1:
+            tag = _exif_orientation(data[pos + 2:pos + length])
+            if tag is not None:
+                orientations.append(tag)
+        if marker in _SOF_MARKERS and frame is None and pos + 8 <= len(data):
+            frame = (marker, data[pos + 2], data[pos + 7], (data[pos + 3] << 8) | data[pos + 4],
+                     (data[pos + 5] << 8) | data[pos + 6])
         pos += length
-    return None
+    return None if frame is None else FrameHeader(*frame, tuple(orientations))
+
+
+def header_refusal(data: bytes | memoryview) -> str | None:
+    """Why the decoders cannot read ``data`` alike, judged from its headers (frame type, precision,
+    components, EXIF orientations: what :func:`check_jpeg` refuses besides the marker structure and
+    the size), or None. For bytes served at run time: a file may have changed since it was indexed.
+    """
+    header = read_frame_header(data)
+    if header is None:
+        return "no frame header (SOF marker) before the scan data"
+    return (frame_refusal(header.marker, header.precision, header.components)
+            or orientation_refusal(header.orientations))
+
+
+def decoded_size(data: bytes | memoryview) -> tuple[int, int] | None:
+    """``(height, width)`` of the image the decoders produce from ``data``: the frame header's size,
+    swapped when the EXIF orientation (5-8) turns the image by 90 degrees; PNG bytes read from IHDR.
+
+    Reads headers only, up to the first scan, as the decoders do: an EXIF segment after the frame
+    header counts (microseconds, whatever the size of APPn segments: no copy), so the per-draw
+    parameters of size-dependent operations (crops) can be drawn before decoding. None when no frame
+    header is found.
+    """
+    data = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else data
+    if bytes(data[:8]) == PNG_SIGNATURE and len(data) >= 24:
+        return int.from_bytes(data[20:24], "big"), int.from_bytes(data[16:20], "big")
+    header = read_frame_header(data)
+    if header is None:
+        return None
+    return (header.width, header.height) if header.orientation >= 5 else (header.height, header.width)

@@ -2,7 +2,9 @@
 
 A file can change or vanish after indexing. Before bytes reach a decoder (DALI's cannot skip a bad
 sample: the whole pipeline dies), cheap checks run: the size equals the indexed size, the data starts
-with SOI and an end-of-image marker follows. ``on_error="raise"`` turns a failure into
+with SOI, its headers hold nothing the index refuses (a frame type, precision or EXIF layout the two
+backends' decoders cannot both read alike: :func:`~dali_backend.jpeg.header_refusal`) and an
+end-of-image marker follows. ``on_error="raise"`` turns a failure into
 :class:`BadImageError` naming the path, sample index, label and epoch. ``on_error="skip"`` replaces
 the draw by another sample *of the same class*, chosen by a pure function of (seed, epoch, position),
 so both backends pick the same replacement and the class balance is kept; the replacement keeps the
@@ -23,7 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .errors import BadImageError, ConfigError
-from .jpeg import EOI, SOI
+from .jpeg import EOI, SOI, header_refusal
 
 log = logging.getLogger("dali_backend")
 OnError = Literal["raise", "skip"]
@@ -134,6 +136,9 @@ class SampleReader:
             return f"file changed since indexing (size {self.sizes[i]} -> {data.size} bytes)"
         if data[:2].tobytes() != SOI:
             return "no JPEG signature"
+        refusal = header_refusal(data)  # same size, other headers: an edit in place
+        if refusal:
+            return refusal
         if data[-2:].tobytes() != EOI and data.tobytes().find(EOI) < 0:
             return "truncated (no end-of-image marker)"
         return None
