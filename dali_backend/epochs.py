@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from .errors import ConfigError
+from .sampler import check_epoch
 
 log = logging.getLogger("dali_backend")
 STATE_VERSION = 2
@@ -66,9 +67,7 @@ class EpochLoaderMixin:
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch (forwarded to the sampler's and the dataset's ``set_epoch``)."""
-        if not isinstance(epoch, (int, np.integer)) or epoch < 0:
-            raise ConfigError(f"set_epoch({epoch!r}): epoch must be a non-negative integer")
-        self.epoch = int(epoch)
+        self.epoch = check_epoch(epoch)
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(self.epoch)
         self.dataset.set_epoch(self.epoch)
@@ -83,15 +82,17 @@ class EpochLoaderMixin:
     def _sampler_epoch(self) -> int:
         return int(getattr(self.sampler, "epoch", self.epoch))
 
-    def _begin_epoch(self) -> int:
-        """Start accounting an epoch; returns the first batch to produce (non-zero when resuming)."""
+    def _begin_epoch(self, draws: int | None = None) -> int:
+        """Start accounting an epoch of ``draws`` planned draws (default ``len(sampler)``; the plan's own
+        count wins, so a sampler whose ``len()`` is wrong cannot skew the accounting); returns the first
+        batch to produce (non-zero when resuming)."""
         epoch = self._sampler_epoch()
         start, self._resume_digest = 0, None
         if self._resume is not None and self._resume[0] == epoch:
             start, self._resume_digest = self._resume[1], self._resume[2]
         self._resume = None
-        draws = len(self.sampler)
-        used = len(self) * self.batch_size if self.drop_last else draws
+        draws = len(self.sampler) if draws is None else int(draws)
+        used = draws // self.batch_size * self.batch_size if self.drop_last else draws
         self._stats = EpochStats(epoch, draws, dropped=draws - used, resumed=min(start * self.batch_size, used))
         self._batches_done, self._progress_epoch = start, epoch
         return start

@@ -38,7 +38,7 @@ from .handoff import DeviceHandoff
 from .errors import (BadImageError, ConfigError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError,
                      StaleIteratorError)
 from .memory import EveryNth
-from .sampler import WeightedSampler, default_sampler, plan_epoch
+from .sampler import WeightedSampler, default_sampler, default_seed, plan_epoch
 from .reading import check_on_error
 from .schedule import KIND_DRAW, KIND_PAD, ROW, SERVED_BAD, Col, DrawSource, SlotRing
 from .tensors import normalize, release_pooled_outputs
@@ -283,6 +283,10 @@ class _PipelineThread:
                 self._results.put((rid, True, fn()))
             except BaseException as e:  # handed to the waiting thread
                 self._results.put((rid, False, e))
+            # between requests this thread holds nothing: a request's function is a bound method of
+            # the runner, and kept in this frame it would keep a dropped loader's pipeline, workers and
+            # shared memory alive until exit
+            request = fn = None
 
     def submit(self, fn) -> int:
         """Queue ``fn``; returns the request's number, which :meth:`wait` takes."""
@@ -291,12 +295,14 @@ class _PipelineThread:
         self._requests.put((rid, fn))
         return rid
 
-    def wait(self, rid: int, poll):
+    def wait(self, rid: int, poll, deadline: float | None = None):
         """The result of request ``rid`` (results of older requests, left by an interrupted wait, are
-        dropped); ``poll()`` runs between timeouts (it raises to give up)."""
+        dropped); ``poll()`` runs between timeouts (it raises to give up), and at ``deadline``
+        (``time.monotonic()``) at the latest, so a timeout shorter than ``POLL_S`` is honoured."""
         while True:
+            step = self.POLL_S if deadline is None else min(self.POLL_S, max(0.0, deadline - time.monotonic()))
             try:
-                got, ok, value = self._results.get(timeout=self.POLL_S)
+                got, ok, value = self._results.get(timeout=step)
             except queue.Empty:
                 poll()
                 continue
@@ -431,7 +437,7 @@ class _DaliRunner:
                 raise error
 
         try:
-            out, done = caller.wait(rid, poll)
+            out, done = caller.wait(rid, poll, deadline)
         except KeyboardInterrupt:
             self._clean_interrupt = True
             raise
@@ -687,7 +693,11 @@ class DaliLoader(EpochLoaderMixin):
         in_order: batches always come in order (``False`` warns).
         device: ``"auto"`` (GPU when CUDA is available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         backend: ``"auto"``, ``"dali"`` (DALI even on the CPU; raises when DALI is missing) or ``"torch"``.
-        seed: seed of the default sampler (``generator`` wins when both are given).
+        seed: seed of the default sampler (``generator`` wins when both are given). Neither given: a
+            shuffle follows ``torch.manual_seed`` as ``DataLoader`` does (one draw from torch's global
+            RNG when the loader is made); in a distributed run (``torch.distributed`` initialised,
+            world size > 1) it is 0, as ``DistributedSampler``'s, because ranks' global RNGs may differ
+            and every rank must draw the same order: pass ``seed=`` (the same on every rank) to vary it.
         prefetch_queue_depth: DALI batches prepared ahead.
         hw_decoder_load: share of JPEG decoding sent to the hardware decoder (A100/H100/H200).
         py_start_method: ``"fork"`` or ``"spawn"`` for DALI's reader workers (default None: fork, or
@@ -715,7 +725,7 @@ class DaliLoader(EpochLoaderMixin):
                  drop_last: bool = False, timeout: float = 0, worker_init_fn=None, multiprocessing_context=None,
                  generator=None, *, prefetch_factor: int | None = None, persistent_workers: bool | None = None,
                  pin_memory_device: str = "", in_order: bool = True, device: str = "auto", backend: Backend = "auto",
-                 seed: int = 0, prefetch_queue_depth: int = 2, hw_decoder_load: float = 0.65,
+                 seed: int | None = None, prefetch_queue_depth: int = 2, hw_decoder_load: float = 0.65,
                  py_start_method: str | None = None, on_error: str | None = None, return_meta: bool = False,
                  batch_transform=None):
         from ._own import own
@@ -775,6 +785,8 @@ class DaliLoader(EpochLoaderMixin):
                               UserWarning, stacklevel=2)
         if generator is not None and sampler is None:
             seed = int(generator.initial_seed()) % 2**63
+        if seed is None and sampler is None:
+            seed = default_seed(shuffle)
         self.dataset, self.batch_size, self.num_workers = dataset, int(batch_size), int(num_workers)
         self.drop_last, self.pin_memory, self.timeout, self.epoch = bool(drop_last), pin_memory, timeout, 0
         self.sampler = sampler if sampler is not None else default_sampler(dataset.index, shuffle, seed)
@@ -829,14 +841,19 @@ class DaliLoader(EpochLoaderMixin):
 
     def _rows(self, epoch: int) -> np.ndarray:
         """This rank's planned draws of ``epoch`` as ``[n, 4]`` (index, epoch, position, kind), cut by ``drop_last``."""
+        return self._cut(self._plan(epoch))
+
+    def _cut(self, rows: np.ndarray) -> np.ndarray:
+        return rows[:len(rows) // self.batch_size * self.batch_size] if self.drop_last else rows
+
+    def _plan(self, epoch: int) -> np.ndarray:
+        """All of this rank's draws of ``epoch`` as ``[n, 4]`` rows (before ``drop_last``), checked."""
         rows = plan_epoch(self.sampler, epoch)
         n = len(self.dataset.index)
         if rows.size and (rows[:, 0].min() < 0 or rows[:, 0].max() >= n):
             bad = int(rows[(rows[:, 0] < 0) | (rows[:, 0] >= n), 0][0])
             raise IndexError(f"the sampler yielded sample index {bad}, outside [0, {n}) for the {n} samples of the "
                              "dataset's index; build the sampler on this index")
-        if self.drop_last:
-            rows = rows[:len(rows) // self.batch_size * self.batch_size]
         return np.concatenate([rows, np.full((len(rows), 1), KIND_DRAW, np.int64)], axis=1)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -857,8 +874,9 @@ class DaliLoader(EpochLoaderMixin):
     def _iterate(self, token: int):
         self._check_current(token)  # an iterator started after a newer one began must not start an epoch
         epoch = self._begin_pass()
-        self._begin_epoch()
-        plan = self._rows(epoch)
+        full = self._plan(epoch)
+        self._begin_epoch(len(full))
+        plan = self._cut(full)
         self._check_resumable(epoch, plan)
         spec = self.dataset.spec
         try:

@@ -27,6 +27,15 @@ Mode = Literal["balanced", "uniform", "weights", "sequential"]
 _SAMPLER_STREAM = 0x5A17
 
 
+MAX_EPOCH = 2**62  # epochs travel in int64 columns and a pass may run epoch + 1: far below the int64 limit
+
+
+def check_epoch(epoch) -> int:
+    """``epoch`` as an int, or :class:`ConfigError` unless it is an integer in ``[0, MAX_EPOCH)``."""
+    if not isinstance(epoch, (int, np.integer)) or isinstance(epoch, bool) or not 0 <= epoch < MAX_EPOCH:
+        raise ConfigError(f"set_epoch({epoch!r}): epoch must be an integer in [0, 2**62)")
+    return int(epoch)
+
 class Draw(NamedTuple):
     """One draw of an epoch.
 
@@ -228,9 +237,7 @@ class WeightedSampler(Sampler[Draw]):
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose draw ``__iter__`` yields (as ``DistributedSampler.set_epoch``)."""
-        if not isinstance(epoch, (int, np.integer)) or epoch < 0:
-            raise ConfigError(f"set_epoch({epoch!r}): epoch must be a non-negative integer")
-        self.epoch = int(epoch)
+        self.epoch = check_epoch(epoch)
         self.epoch_calls = getattr(self, "epoch_calls", 0) + 1  # a loader tells "chosen again" from "untouched"
 
     def global_draw(self, epoch: int | None = None) -> NDArray[np.int64]:
@@ -263,6 +270,17 @@ class WeightedSampler(Sampler[Draw]):
     def __repr__(self) -> str:
         return (f"WeightedSampler(n={len(self.index)}, num_samples={self.num_samples}, mode={self.mode!r}, "
                 f"replacement={self.replacement}, seed={self.seed}, rank={self.rank}/{self.world_size}, epoch={self.epoch})")
+
+
+def default_seed(shuffle: bool) -> int:
+    """The default sampler's seed when none is given: for a shuffle, one draw from torch's global RNG
+    (so ``torch.manual_seed(s)`` picks the order, as ``DataLoader(shuffle=True)``), except in a
+    distributed run, where it is 0 like ``DistributedSampler``'s (ranks' global RNGs may differ, and a
+    broadcast at construction could deadlock a rank that makes a loader alone); the order without a
+    shuffle depends on no seed."""
+    if not shuffle or _dist_defaults(None, None)[1] > 1:
+        return 0
+    return int(torch.empty((), dtype=torch.int64).random_().item()) % 2**63
 
 
 def default_sampler(index: SampleIndex, shuffle: bool, seed: int) -> WeightedSampler:

@@ -99,6 +99,9 @@ class _ReusedMemory:
     Blocks freed after a clear (the last batch, held by the loop variable past the pass's end) are not
     kept either, until the next :meth:`empty`.
     Such a tensor's storage cannot grow: ``batch.resize_()`` to a larger size raises (clone first).
+    ``share_memory_()`` (also done by ``multiprocessing`` queues) moves the batch to shared memory; the
+    block it leaves stays mapped and unused until the storage is freed, so a numpy array or DLPack
+    capsule made before keeps its (then stale) pixels, as with torch's own tensors, and never crashes.
     """
 
     def __init__(self, keep: int = 2):
@@ -131,7 +134,13 @@ class _ReusedMemory:
         start = -block.ctypes.data % _ALIGN   # 64-byte aligned, as torch's own allocator gives
         handle = block[start:start + nbytes]  # a new object per batch: its death says the storage is gone
         weakref.finalize(handle, self._give_back, block).atexit = False
-        return torch.frombuffer(handle, dtype=dtype).view(shape)
+        out = torch.frombuffer(handle, dtype=dtype)
+        # The storage's Python object (torch preserves it while the storage lives) holds the block too:
+        # share_memory_() or a multiprocessing queue swaps the storage's memory for shared memory and
+        # drops the old one, while a numpy array or DLPack capsule made before still points into it.
+        # So the block comes back only once the storage itself is gone, never while it is reachable.
+        out.untyped_storage()._dali_backend_block = handle
+        return out.view(shape)
 
     def _give_back(self, block: np.ndarray) -> None:
         with self._lock:

@@ -21,7 +21,7 @@ from dali_backend.augment import AugmentSpec, AugParams, draw_params
 from dali_backend.errors import BadImageError, ConfigError
 from dali_backend.index import SampleIndex
 from dali_backend.reading import OnError, SampleReader, check_on_error
-from dali_backend.sampler import as_draw
+from dali_backend.sampler import as_draw, check_epoch
 
 from . import ops
 
@@ -85,7 +85,7 @@ class ImageDataset(Dataset):
 
     def set_epoch(self, epoch: int) -> None:
         """Epoch used for the parameters of plain integer indices (Draws carry their own)."""
-        self.epoch = int(epoch)
+        self.epoch = check_epoch(epoch)
 
     def params(self, item) -> AugParams:
         """The augmentation parameters ``item`` (a Draw or an int) gets."""

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from dali_backend.errors import BadImageError, LoaderTimeoutError, LoaderWorkerError
+from dali_backend.errors import BadImageError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError
 from dali_backend.memory import EveryNth
 from dali_backend.sampler import Draw
 from dali_backend.schedule import SERVED_BAD
@@ -30,6 +30,11 @@ TRIM_EVERY = 8  # batches between heap trims in the main process (measured: ever
 # the next image faults in again (measured at 2048x1536 -> 256: every 16 samples cost ~0.9 ms/img
 # beyond the reference, every 32 about 0, RSS growth over the run <= 4 %)
 WORKER_TRIM_EVERY = 32
+# The DataLoader waits for a batch at most this long at a time (its own `timeout`), so that the waiting
+# thread sees close() from another thread and the user's timeout= to this precision: a DataLoader
+# without a timeout waits forever once its workers were shut down under it (torch stops watching
+# workers it shut down itself).
+WAIT_POLL_S = 0.05
 
 
 class _Uint8View(Dataset):
@@ -97,11 +102,13 @@ class TorchExecutor:
         self.batch_size, self.timeout = batch_size, timeout
         self.rows = np.zeros((0, 3), np.int64)
         self._trim = EveryNth(TRIM_EVERY)
+        self._closed = False
         workers = num_workers > 0
         extra = {"pin_memory_device": pin_memory_device} if pin_memory and pin_memory_device else {}
         self._loader = DataLoader(
             _Uint8View(dataset, on_error), batch_sampler=_PlannedBatches(self), num_workers=num_workers,
-            collate_fn=_collate_uint8, pin_memory=pin_memory, timeout=timeout, worker_init_fn=worker_init_fn,
+            collate_fn=_collate_uint8, pin_memory=pin_memory, timeout=WAIT_POLL_S if workers else 0,
+            worker_init_fn=worker_init_fn,
             prefetch_factor=prefetch_factor if workers else None, persistent_workers=persistent_workers and workers,
             multiprocessing_context=multiprocessing_context if workers else None, **extra)
 
@@ -115,22 +122,42 @@ class TorchExecutor:
             try:
                 if batches is None:  # inside the try: the start of a pass can meet a worker that died before
                     batches = iter(self._loader)
-                images, labels, meta, errors = next(batches)
+                images, labels, meta, errors = self._next_batch(batches)
             except StopIteration:
                 return
-            except (ConnectionError, EOFError) as e:  # a worker died while its pipe was being read
-                raise self._worker_died(e) from e
-            except RuntimeError as e:
-                if "exited unexpectedly" in str(e) or "killed by signal" in str(e):
+            except LoaderTimeoutError:
+                raise
+            except Exception as e:
+                if self._closed:  # close() from another thread shut the workers down under this wait
+                    raise LoaderClosedError("the DaliLoader was closed while this iterator was waiting for a batch; "
+                                            "start a new pass with a new DaliLoader") from e
+                if isinstance(e, (ConnectionError, EOFError)):  # a worker died while its pipe was being read
                     raise self._worker_died(e) from e
-                if "timed out after" in str(e):
-                    raise LoaderTimeoutError(f"no batch within timeout={self.timeout:g} s ({e}); raise timeout=, "
-                                             "or 0 for none") from e
+                if isinstance(e, RuntimeError) and ("exited unexpectedly" in str(e) or "killed by signal" in str(e)):
+                    raise self._worker_died(e) from e
                 raise
             if errors:
                 raise BadImageError(*errors[0])
             self._trim()  # earlier batches are gone by now: keep RSS flat
             yield images, labels, meta[:, 0], meta[:, 1], meta[:, 2], meta[:, 3]
+
+    def _next_batch(self, batches):
+        """The DataLoader's next batch, waited for in steps of ``WAIT_POLL_S`` (see there): between
+        steps the wait stops for ``close()`` and for the user's ``timeout``. A step that times out
+        leaves torch's iterator as it was (its batch is still awaited), so waiting again is exact."""
+        deadline = time.monotonic() + self.timeout if self.timeout > 0 else None
+        while True:
+            if self._closed:
+                raise LoaderClosedError("the DaliLoader was closed while this iterator was open; start a new pass "
+                                        "with a new DaliLoader")
+            try:
+                return next(batches)
+            except RuntimeError as e:
+                if "timed out after" not in str(e):
+                    raise
+            if deadline is not None and time.monotonic() >= deadline:
+                raise LoaderTimeoutError(f"no batch within timeout={self.timeout:g} s (slow storage or workers? raise "
+                                         "timeout=, or 0 for none)")
 
     def _worker_died(self, error: BaseException) -> LoaderWorkerError:
         """The clear error for a DataLoader worker that died, whichever way torch noticed it."""
@@ -155,7 +182,12 @@ class TorchExecutor:
             it._shutdown_workers()
         self._loader._iterator = None
 
-    abandon = close = stop_workers
+    abandon = stop_workers
+
+    def close(self) -> None:
+        """Stop the workers for good; a thread waiting for a batch raises :class:`LoaderClosedError`."""
+        self._closed = True
+        self.stop_workers()
 
     def recover(self, failure: BaseException) -> None:
         """Nothing this executor raises can be repaired in place."""

@@ -1,0 +1,264 @@
+"""Reliability of the loaders, third attack (issue 18): dropped loaders are freed, close() from another
+thread ends a waiting iterator, a batch's memory stays mapped whatever share_memory_() does, shuffles
+follow torch.manual_seed, and epochs, lying samplers and tiny timeouts are handled.
+
+Anything that could hang or crash the interpreter runs in a child process with a timeout.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dali_backend import AugmentSpec, ConfigError, DaliLoader, WeightedSampler
+from dali_backend.errors import LoaderClosedError
+from fallback import ImageDataset
+
+ROOT = Path(__file__).resolve().parents[1]
+BACKENDS = {"dali-cpu": "dali", "torch": "torch"}
+
+
+def run_child(tmp_path: Path, body: str, timeout: float = 120, **fmt) -> subprocess.CompletedProcess:
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(body).format(**fmt))
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+PRELUDE = """
+import gc, os, sys, threading
+import numpy as np, torch
+from dali_backend import AugmentSpec, DaliLoader, SampleIndex
+from fallback import ImageDataset
+ds = ImageDataset(SampleIndex.from_folder({root!r}, progress=False), AugmentSpec(size={size}), seed=0)
+"""
+
+
+def test_dali_loaders_dropped_after_iterating_are_freed(defect_root, tmp_path):
+    """A loop that makes a loader per epoch and never closes it: pipelines, reader processes, threads
+    and shared memory must not pile up (before: one pipeline thread's frame kept each runner alive)."""
+    proc = run_child(tmp_path, PRELUDE + """
+import psutil
+def shm_maps():
+    with open("/proc/self/maps") as f:
+        return sum("/dev/shm/" in line for line in f)
+def state():
+    return len(psutil.Process().children(recursive=True)), threading.active_count(), shm_maps()
+for i in range(5):
+    loader = DaliLoader(ds, batch_size=4, device="cpu", backend="dali", num_workers=1)
+    for _ in loader:
+        pass
+    if i == 0:
+        gc.collect()
+        first = state()
+    del loader
+    gc.collect()
+print("STATE", (first, state()))
+""", root=str(defect_root), size=16)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("STATE"))
+    (children_one, threads_one, shm_one), (children, threads, shm) = eval(line[len("STATE"):])  # noqa: S307
+    assert children_one >= 1 and threads_one > 1  # one live loader has its reader process and threads
+    assert children <= 1 and threads <= 2 and shm == 0, line  # all of them gone (a resource tracker may stay)
+
+
+@pytest.mark.parametrize("kind", list(BACKENDS))
+def test_close_from_another_thread_ends_a_waiting_iterator(defect_root, tmp_path, kind):
+    """close() from the main thread while another thread waits in next(): that thread raises
+    LoaderClosedError promptly on both backends (before: the torch backend's waited forever)."""
+    proc = run_child(tmp_path, PRELUDE + """
+import time
+from dali_backend.errors import LoaderClosedError
+slow = ds.reader.read
+def read(*a, **k):
+    time.sleep(0.2)  # a slow share: every batch takes a while
+    return slow(*a, **k)
+ds.reader.read = read
+loader = DaliLoader(ds, batch_size=8, device="cpu", backend={backend!r}, num_workers=1)
+it = iter(loader)
+next(it)
+result = {{}}
+def consume():
+    t = time.monotonic()
+    try:
+        while True:
+            next(it)
+    except BaseException as e:
+        result["error"] = (type(e).__name__, time.monotonic() - t)
+thread = threading.Thread(target=consume, daemon=True)
+thread.start()
+time.sleep(0.3)
+loader.close()
+thread.join(30)
+print("RESULT", thread.is_alive(), result.get("error"))
+""", root=str(defect_root), size=16, backend=BACKENDS[kind])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
+    assert "RESULT False ('LoaderClosedError'" in line, line
+
+
+@pytest.mark.parametrize("how", ["numpy-share_memory_", "dlpack-share_memory_", "numpy-queue"])
+@pytest.mark.parametrize("kind", list(BACKENDS))
+def test_memory_reached_through_numpy_or_dlpack_survives_share_memory(defect_root, tmp_path, kind, how):
+    """``n = batch.numpy()`` then ``batch.share_memory_()`` (or a multiprocessing queue): ``n`` keeps its
+    pixels for the rest of the pass and stays readable after it (before: silently the next batch, then
+    a segfault once the pool was released)."""
+    proc = run_child(tmp_path, PRELUDE + """
+import torch.multiprocessing as mp
+from dali_backend.tensors import release_pooled_outputs
+view, move = {how!r}.split("-")
+with DaliLoader(ds, batch_size=4, device="cpu", backend={backend!r}) as loader:
+    for k, (x, y) in enumerate(loader):
+        if k == 1:
+            n = x.numpy() if view == "numpy" else np.from_dlpack(x)
+            snapshot = n.copy()
+            if move == "queue":
+                q = mp.Queue()
+                q.put(x)
+                q.get(timeout=30)
+            else:
+                x.share_memory_()
+            del x
+            gc.collect()
+    during = np.array_equal(n, snapshot)
+del loader
+gc.collect()
+release_pooled_outputs()
+print("RESULT", during, np.array_equal(n, snapshot))
+""", root=str(defect_root), size=96, backend=BACKENDS[kind], how=how)
+    assert proc.returncode == 0, f"exit {proc.returncode} (-11: segfault)\\n{proc.stderr[-3000:]}"
+    assert "RESULT True True" in proc.stdout, proc.stdout
+
+
+# ------------------------------------------------------------------------------------------ seeds
+def _order(ds, **kw) -> list[int]:
+    with DaliLoader(ds, batch_size=8, backend="torch", device="cpu", return_meta=True, **kw) as loader:
+        return [int(i) for _, _, meta in loader for i in meta["index"]]
+
+
+def test_shuffle_without_seed_follows_torch_manual_seed(defect_index):
+    ds = ImageDataset(defect_index, AugmentSpec(size=16), seed=0)
+    torch.manual_seed(1)
+    a = _order(ds, shuffle=True)
+    torch.manual_seed(1)
+    b = _order(ds, shuffle=True)
+    torch.manual_seed(2)
+    c = _order(ds, shuffle=True)
+    assert a == b and a != c and sorted(a) == sorted(c) == list(range(len(defect_index)))
+    torch.manual_seed(3)
+    assert _order(ds, shuffle=True, seed=0) == _order(ds, shuffle=True, seed=0)  # an explicit seed wins
+    assert _order(ds) == list(range(len(defect_index)))  # no shuffle: the index order, no seed involved
+
+
+def test_distributed_shuffle_without_seed_is_the_same_on_every_rank(defect_index, monkeypatch):
+    """Ranks' global RNGs may differ: in a distributed run the default is seed 0 (DistributedSampler's)."""
+    from dali_backend import sampler as mod
+
+    monkeypatch.setattr(mod, "_dist_defaults", lambda rank, world: (0, 2))
+    torch.manual_seed(1)
+    assert mod.default_seed(True) == 0
+    torch.manual_seed(2)
+    assert mod.default_seed(True) == 0
+    monkeypatch.setattr(mod, "_dist_defaults", lambda rank, world: (0, 1))
+    torch.manual_seed(1)
+    first = mod.default_seed(True)
+    torch.manual_seed(1)
+    assert mod.default_seed(True) == first != 0
+
+
+# ------------------------------------------------------------------------------------------ edges
+@pytest.mark.parametrize("epoch", [2**63, 2**62, -1, 1.5, True])
+def test_out_of_range_epochs_are_a_config_error_everywhere(defect_index, epoch):
+    ds = ImageDataset(defect_index, AugmentSpec(size=16))
+    sampler = WeightedSampler(defect_index, seed=0)
+    with DaliLoader(ds, batch_size=4, backend="torch", device="cpu") as loader:
+        for target in (loader, sampler, ds):
+            with pytest.raises(ConfigError, match=r"set_epoch.*\[0, 2\*\*62\)"):
+                target.set_epoch(epoch)
+    sampler.set_epoch(2**62 - 1)  # the largest accepted
+
+
+class LyingSampler(torch.utils.data.Sampler):
+    """Yields ``n`` indices but says it has ``claimed``."""
+
+    def __init__(self, n: int, claimed: int):
+        self.n, self.claimed = n, claimed
+
+    def __iter__(self):
+        return iter(range(self.n))
+
+    def __len__(self):
+        return self.claimed
+
+
+@pytest.mark.parametrize("n, claimed", [(10, 18), (18, 10)])
+@pytest.mark.parametrize("kind", list(BACKENDS))
+def test_a_sampler_whose_len_lies_is_accounted_by_what_it_yields(defect_index, kind, n, claimed):
+    ds = ImageDataset(defect_index, AugmentSpec(size=16))
+    with DaliLoader(ds, batch_size=4, sampler=LyingSampler(n, claimed), backend=BACKENDS[kind], device="cpu") as loader:
+        served = sum(len(y) for _, y in loader)
+        stats = loader.stats()
+    assert served == n
+    assert stats["draws"] == n and stats["yielded"] == n, stats
+
+
+def test_a_dali_timeout_shorter_than_the_poll_interval_is_honoured():
+    """The pipeline thread's wait never sleeps past the deadline (before: steps of 0.1 s whatever the
+    timeout); checked on the waits themselves, not on a clock."""
+    import queue
+
+    from dali_backend.loader import _PipelineThread
+
+    steps = []
+
+    class Recording(queue.SimpleQueue):
+        def get(self, block=True, timeout=None):
+            steps.append(timeout)
+            raise queue.Empty
+
+    thread = _PipelineThread()
+    try:
+        thread._results = Recording()
+        deadline = time.monotonic() + 1e-6
+
+        def poll():
+            if time.monotonic() > deadline:
+                raise TimeoutError
+
+        with pytest.raises(TimeoutError):
+            thread.wait(1, poll, deadline)
+        assert steps and all(s <= 1e-6 for s in steps), steps
+        steps.clear()
+        with pytest.raises(TimeoutError):
+            thread.wait(1, lambda: (_ for _ in ()).throw(TimeoutError()))  # no deadline: POLL_S steps
+        assert steps == [_PipelineThread.POLL_S]
+    finally:
+        thread.stop()
+
+
+@pytest.mark.parametrize("kind", list(BACKENDS))
+def test_a_tiny_timeout_raises_the_loaders_timeout_error(defect_root, tmp_path, kind):
+    proc = run_child(tmp_path, PRELUDE + """
+import time
+from dali_backend.errors import LoaderTimeoutError
+slow = ds.reader.read
+def read(*a, **k):
+    time.sleep(0.5)
+    return slow(*a, **k)
+ds.reader.read = read
+with DaliLoader(ds, batch_size=4, device="cpu", backend={backend!r}, num_workers=1, timeout=1e-6) as loader:
+    t = time.monotonic()
+    try:
+        next(iter(loader))
+        print("RESULT no error")
+    except LoaderTimeoutError:
+        print("RESULT timeout", time.monotonic() - t)
+""", root=str(defect_root), size=16, backend=BACKENDS[kind])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "RESULT timeout" in proc.stdout, proc.stdout
