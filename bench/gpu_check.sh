@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The GPU check (../shared/GPU.md) as one run that cannot waste the GPU machine.
 #
-# Prepare here:   ../shared/gpu/stage.sh psutil simplejpeg tqdm
+# Prepare here:   ../shared/gpu/stage.sh psutil simplejpeg tqdm 'torchvision==0.26.*'
 #                 (DALI cuda130 wheel set plus what this project needs beyond the GPU machine's torch, numpy,
 #                 OpenCV and pytest: psutil for the benchmark's figures, simplejpeg and tqdm for indexing;
-#                 split into .gpu/p1 .. .gpu/pN)
+#                 torchvision built for that machine's torch 2.11 (CUDA), so that the from_torchvision tests,
+#                 which skip on CPU machines, run against real torchvision there; split into .gpu/p1 .. .gpu/pN)
 #                 bash bench/gpu_check.sh --dry-run    (the whole script on the CPU, GPU parts stubbed)
 # On the device:  one `run` per part but the last, back to back (carry .gpu/pK):
 #                     mkdir -p /tmp/w && cp .gpu/pK/* /tmp/w/
@@ -52,8 +53,8 @@ fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}"
 
 stage "1. versions and one JPEG through the mixed decoder"
-for mod in psutil simplejpeg tqdm; do
-  "$py" -c "import $mod" 2>/dev/null || echo "gpu_check: warning: $mod is not importable (stage it: ../shared/gpu/stage.sh psutil simplejpeg tqdm); stages that need it will fail" | tee -a "$out/stages.log"
+for mod in psutil simplejpeg tqdm torchvision; do
+  "$py" -c "import $mod" 2>/dev/null || echo "gpu_check: warning: $mod is not importable (stage it: ../shared/gpu/stage.sh psutil simplejpeg tqdm 'torchvision==0.26.*'); stages or tests that need it will fail or skip" | tee -a "$out/stages.log"
 done
 smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee "$out/gpu.txt"
 timeout 20 "$py" -m bench.gpu_probe versions --out "$out" "${probe[@]}" 2>&1 | tee "$out/versions.txt"
@@ -66,8 +67,8 @@ if [ "$rc" != 0 ]; then
 fi
 
 stage "2. CUDA-marked tests"
-timeout -s INT -k 10 100 "$py" -m pytest -v -m cuda -p no:cacheprovider --junitxml="$out/pytest_cuda.xml" tests \
-  > "$out/pytest_cuda.log" 2>&1
+timeout -s INT -k 10 100 "$py" -m pytest -v -m "cuda or torchvision" -p no:cacheprovider --junitxml="$out/pytest_cuda.xml" \
+  tests > "$out/pytest_cuda.log" 2>&1
 rc=$?
 [ $dry = 1 ] && [ $rc = 5 ] && rc=0  # dry run: every CUDA test is skipped, none collected is fine
 tail -5 "$out/pytest_cuda.log"

@@ -63,14 +63,16 @@ def throughput_chart(results: Sequence[dict], machine: dict, path: Path) -> Path
     ax.barh(y, median, xerr=[lo, hi], color=colors, capsize=4, error_kw={"elinewidth": 1})
     ax.set_yticks(y, names)
     for yi, m, h, r in zip(y, median, hi, results):
-        ax.text(m + h, yi, f"  {m:.0f} img/s ({r.get('ratio_to_ceiling', float('nan')):.2f}x ceiling)", va="center",
+        ratio = r.get("ratio_to_ceiling")
+        ax.text(m + h, yi, f"  {m:.0f} img/s" + (f" ({ratio:.2f}x ceiling)" if ratio is not None else ""), va="center",
                 fontsize=8)
     ax.set_xlim(0, max(m + h for m, h in zip(median, hi)) * 1.45 or 1.0)
     ax.set_xlabel(f"throughput (images/s): median of {n_epochs} timed epoch{'s' * (n_epochs != 1)}, "
                   "whiskers slowest to fastest epoch")
     data = machine.get("data", {})
     (sw, sh), (ow, oh) = data.get("source_size", ("?", "?")), data.get("output_size", ("?", "?"))
-    ax.set_title(f"{data.get('images', '?')} JPEGs {sw}x{sh} -> {ow}x{oh}, batch {results[0].get('batch_size', '?')}\n"
+    source = data.get("source_label", f"{sw}x{sh}")
+    ax.set_title(f"{data.get('images', '?')} JPEGs {source} -> {ow}x{oh}, batch {results[0].get('batch_size', '?')}\n"
                  f"{_machine_line(machine)}", fontsize=9)
     ax.grid(axis="x", alpha=0.3)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,7 +98,8 @@ def ratio_by_size_chart(runs: Sequence[dict], machine: dict, path: Path) -> Path
     ax = fig.add_subplot()
     names = [n for n in dict.fromkeys(row["name"] for r in runs for row in r["results"]) if n != "ceiling"]
     for name in names:
-        pts = [(px, row["ratio_to_ceiling"]) for px, r in zip(pixels, runs) for row in r["results"] if row["name"] == name]
+        pts = [(px, row["ratio_to_ceiling"]) for px, r in zip(pixels, runs) for row in r["results"]
+               if row["name"] == name and row["ratio_to_ceiling"] is not None]
         ax.plot([p for p, _ in pts], [v for _, v in pts], marker="o", label=name)
     ax.axhline(1.0, color="tab:gray", linestyle="--", linewidth=1, label="ceiling (decode + CLAHE only)")
     ax.set_xscale("log")

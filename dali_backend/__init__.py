@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 
 from .augment import AugmentSpec, AugParams, Clahe, draw_params
-from .errors import (BadImageError, ConfigError, DaliBackendError, IndexBuildError, IndexFileError, LoaderClosedError,
-                     LoaderTimeoutError, LoaderWorkerError, ManifestError, MissingDependencyError, StaleIndexError)
+from .errors import (BadImageError, ConfigError, DaliBackendError, FallbackWarning, IndexBuildError, IndexFileError,
+                     LoaderClosedError, LoaderTimeoutError, LoaderWorkerError, ManifestError, MissingDependencyError,
+                     OutputFileError, StaleIndexError)
 from .index import Rejected, SampleIndex
 from .labelling import DEFAULT_KEYWORDS, KeywordRules
 from .sampler import Draw, WeightedSampler
@@ -25,7 +26,7 @@ __all__ = [
     "WeightedSampler", "Draw", "DaliLoader", "ImageDataset", "FallbackLoader", "DaliBackendError", "ConfigError",
     "IndexBuildError", "IndexFileError",
     "ManifestError", "StaleIndexError", "BadImageError", "MissingDependencyError", "LoaderWorkerError", "LoaderClosedError",
-    "LoaderTimeoutError",
+    "LoaderTimeoutError", "OutputFileError", "FallbackWarning",
 ]
 
 

@@ -74,3 +74,8 @@ class StaleIteratorError(LoaderClosedError):
 class OutputFileError(DaliBackendError, OSError):
     """A file could not be written: its path is a folder, FIFO, socket or device (never replaced), or the
     write failed (disk full, permissions). The message names the path; nothing was left behind."""
+
+
+class FallbackWarning(UserWarning):
+    """``DaliLoader(device="auto")`` runs without the GPU (no CUDA, or DALI missing): said once per reason
+    and process; pass the backend explicitly to choose the fallback on purpose."""

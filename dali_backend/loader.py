@@ -35,7 +35,7 @@ import torch
 
 from .epochs import EpochLoaderMixin
 from .handoff import DeviceHandoff
-from .errors import (BadImageError, ConfigError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError,
+from .errors import (BadImageError, ConfigError, FallbackWarning, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError,
                      StaleIteratorError)
 from .memory import EveryNth
 from .sampler import WeightedSampler, default_sampler, default_seed, plan_epoch
@@ -192,6 +192,27 @@ def choose_backend(device: str, backend: Backend) -> tuple[str, int | None, str]
         raise ConfigError(f"device={device!r} but this process sees {cuda_device_count()} GPU(s); use cuda:0 .. "
                           f"cuda:{cuda_device_count() - 1} (CUDA_VISIBLE_DEVICES renumbers them)")
     return "dali-gpu", explicit_id if explicit_id is not None else _local_device_id(), f"device={device!r} was requested"
+
+
+_ANNOUNCED: set = set()  # fallbacks already announced in this process
+
+
+def announce_backend(device: str, backend: str, chosen: str, reason: str) -> None:
+    """Say which backend runs and why. ``device="auto"`` means "the GPU if there is one": running
+    anything else is said once per process and reason as a ``UserWarning`` (the library's logger has
+    only a ``NullHandler`` until the application configures logging, so a plain script would show no
+    log line), and logged at WARNING; a choice that went as asked is an INFO line
+    (``logging.basicConfig(level=logging.INFO)`` shows those)."""
+    if device == "auto" and backend != "torch" and chosen != "dali-gpu":
+        if (chosen, reason) not in _ANNOUNCED:
+            _ANNOUNCED.add((chosen, reason))
+            how = "backend='dali', device='cpu'" if chosen == "dali-cpu" else "backend='torch'"
+            text = (f"DaliLoader: not on the GPU: running {chosen} because {reason}; pass {how} to choose it "
+                    "explicitly (and silence this line)")
+            log.warning("%s", text)
+            warnings.warn(text, FallbackWarning, stacklevel=3)
+        return
+    log.info("DaliLoader: backend %s (%s)", chosen, reason)
 
 
 def choose_start_method(requested: str | None) -> str:
@@ -761,10 +782,7 @@ class DaliLoader(EpochLoaderMixin):
         if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout < 0:
             raise ConfigError(f"DaliLoader: timeout={timeout!r}; must be a non-negative number of seconds (0: none)")
         self.backend, device_id, reason = choose_backend(device, backend)
-        if device == "auto" and backend == "auto":
-            log.info("DaliLoader: backend %s (%s)", self.backend, reason)
-        else:
-            log.debug("DaliLoader: backend %s (%s)", self.backend, reason)
+        announce_backend(device, backend, self.backend, reason)
         dali = self.backend != "torch"
         context = multiprocessing_context
         context_method = context if isinstance(context, str) or context is None else context.get_start_method()

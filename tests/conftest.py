@@ -94,3 +94,14 @@ def odd_root(tmp_path_factory) -> Path:
     write(root / "c" / "big.jpg", cv2.imencode(".jpg", big, [cv2.IMWRITE_JPEG_QUALITY, 92])[1].tobytes())
     write(root / "c" / "progressive.jpg", cv2.imencode(".jpg", big[:300, :400], [cv2.IMWRITE_JPEG_PROGRESSIVE, 1])[1].tobytes())
     return root
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "torchvision: about torchvision (its real-torchvision cases skip where it "
+                                       "does not import; the GPU check selects them with -m torchvision)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "torchvision" in item.name.lower():
+            item.add_marker(pytest.mark.torchvision)

@@ -32,7 +32,8 @@ def test_bench_smoke(tmp_path):
     assert names[:5] == ["ceiling", "reference", "tutorial", "fallback", "dali-cpu"]
     for r in data["results"]:
         assert FIELDS <= r.keys() and r["images_per_s"] > 0
-        assert {"ratio_to_reference", "overhead_ms_per_image"} <= r.keys()
+        # the reference and its overhead compare loaders of the same contract (the preset) only
+        assert ({"ratio_to_reference", "overhead_ms_per_image"} <= r.keys()) == (r["name"] in ("fallback", "dali-cpu"))
     assert data["results"][0]["ratio_to_ceiling"] == 1.0
     assert data["machine"]["cores"] >= 1 and data["machine"]["data"]["images"] == 12
     assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
@@ -127,3 +128,40 @@ def test_gpu_check_stage_limits_fit_one_device_command():
     assert len(limits) >= 8, limits
     assert sum(limits) <= 480, (limits, sum(limits))
     assert "--transforms" in text and "recipe-dali-gpu" in text and "--junitxml" in text
+
+
+def test_unavailable_contenders_are_skipped_with_the_reason(monkeypatch, caplog):
+    """--only ... dali-gpu on a CPU machine: that contender is skipped with one line, the rest run."""
+    import bench.__main__ as bench_main
+
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 0)
+    why = bench_main.unavailable(["fallback", "dali-cpu", "dali-gpu", "recipe-dali-gpu"])
+    assert set(why) == {"dali-gpu", "recipe-dali-gpu"} and "no CUDA GPU" in why["dali-gpu"]
+    ran = []
+    monkeypatch.setattr(bench_main, "_run_size", lambda index, root, out, png, args, names, machine: ran.append(names) or {"results": []})
+    monkeypatch.setattr(bench_main, "machine_info", lambda: {})
+    monkeypatch.setattr("dali_backend.synthetic.generate_defect_dataset", lambda root, **kw: root)
+    monkeypatch.setattr("dali_backend.SampleIndex.from_folder", staticmethod(lambda root, **kw: None))
+    args = bench_main.build_parser().parse_args(["--only", "fallback", "dali-gpu", "--no-plot"])
+    with caplog.at_level("WARNING", logger="bench"):
+        assert bench_main.run(args) == 0
+    assert ran == [["ceiling", "fallback"]]
+    assert "skipping dali-gpu: no CUDA GPU" in caplog.text
+    args = bench_main.build_parser().parse_args(["--only", "dali-gpu", "--no-plot"])
+    assert bench_main.run(args) == 2  # nothing left to compare
+
+
+def test_the_size_mix_is_labelled_as_it_is():
+    import numpy as np
+
+    from bench.__main__ import size_mix
+
+    class Index:
+        widths = np.array([640, 640, 2048, 320, 640, 800])
+        heights = np.array([480, 480, 1536, 240, 480, 600])
+
+    mix = size_mix(Index)
+    assert mix["source_size"] == [640, 480] and mix["source_sizes"][0] == [640, 480, 3]
+    assert mix["source_label"] == "mixed: 640x480 x3, 320x240 x1, 800x600 x1 and 1 more sizes"
+    Index.widths, Index.heights = np.array([64, 64]), np.array([48, 48])
+    assert size_mix(Index)["source_label"] == "64x48"

@@ -262,3 +262,27 @@ with DaliLoader(ds, batch_size=4, device="cpu", backend={backend!r}, num_workers
 """, root=str(defect_root), size=16, backend=BACKENDS[kind])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "RESULT timeout" in proc.stdout, proc.stdout
+
+
+# ------------------------------------------------------------------------------------------ backend choice
+def test_the_fallback_from_auto_is_said_once_without_logging_configuration(defect_index, monkeypatch, caplog):
+    """A plain script (no logging set up) learns which backend runs: device='auto' without the GPU is a
+    FallbackWarning once per reason; an explicit choice is an INFO line only."""
+    import warnings
+
+    from dali_backend import FallbackWarning
+    from dali_backend import loader as mod
+
+    monkeypatch.setattr(mod, "_ANNOUNCED", set())
+    monkeypatch.setattr(mod, "cuda_device_count", lambda: 0)
+    ds = ImageDataset(defect_index, AugmentSpec(size=16))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            DaliLoader(ds, batch_size=4).close()
+        with caplog.at_level("INFO", logger="dali_backend"):
+            DaliLoader(ds, batch_size=4, backend="torch").close()
+    fallbacks = [w for w in seen if issubclass(w.category, FallbackWarning)]
+    assert len(fallbacks) == 1, [str(w.message) for w in seen]
+    assert "running torch because CUDA is not available" in str(fallbacks[0].message)
+    assert "backend torch (backend='torch' was requested)" in caplog.text
