@@ -8,6 +8,7 @@ parameters independent of worker ids, ``num_workers``, batch size and backend.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Literal, NamedTuple
 
@@ -24,7 +25,8 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 ColorMode = Literal["gray", "rgb"]
 Fit = Literal["stretch", "letterbox"]
 OutputDtype = Literal["float32", "float16", "bfloat16", "uint8"]
-__all__ = ["AugmentSpec", "AugParams", "Clahe", "draw_params", "IDENTITY", "IMAGENET_MEAN", "IMAGENET_STD"]
+__all__ = ["AmplificationWarning", "AugmentSpec", "AugParams", "Clahe", "draw_params", "IDENTITY", "IMAGENET_MEAN",
+           "IMAGENET_STD"]
 
 
 class _Default:
@@ -119,6 +121,25 @@ class AugmentSpec:
         object.__setattr__(self, "_offsets", tuple(offsets))
         object.__setattr__(self, "_uniforms", total)
 
+    def __repr__(self) -> str:
+        """Only the fields that apply: a preset's own (mean/std unless the output is uint8), or an
+        operation list's ``ops`` and output fields (``color`` when not implied by the list, mean/std
+        when they change anything, ``dtype``); ``channels_last`` when set. Evaluates to an equal spec."""
+        if self.ops is None:
+            names = ["size", "color", "clahe", "rotate_deg", "brightness", "contrast"]
+            names += ["mean", "std"] if self.dtype != "uint8" else []
+            parts = [f"{name}={getattr(self, name)!r}" for name in [*names, "dtype", "fit"]]
+        else:
+            parts = [f"ops={list(self.ops)!r}"]
+            if self.color == "gray" and not any(isinstance(op, Grayscale) for op in self.ops):
+                parts.append("color='gray'")
+            if self.dtype != "uint8" and (any(m != 0.0 for m in self.mean) or any(v != 1.0 for v in self.std)):
+                parts += [f"mean={self.mean!r}", f"std={self.std!r}"]
+            parts.append(f"dtype={self.dtype!r}")
+        if self.channels_last:
+            parts.append("channels_last=True")
+        return f"AugmentSpec({', '.join(parts)})"
+
     def _set(self, name: str, value) -> None:
         object.__setattr__(self, name, value)
 
@@ -158,8 +179,9 @@ class AugmentSpec:
     def _init_ops(self) -> None:
         given = [name for name in _RECIPE if getattr(self, name) not in (_D, None)]
         if given:
-            raise ConfigError(f"AugmentSpec: {', '.join(given)} belong to the preset and cannot be combined with ops=; "
-                              "express them as operations (Resize, Clahe, RandomRotation, ColorJitter)")
+            raise ConfigError(f"AugmentSpec: {', '.join(given)} {'belongs' if len(given) == 1 else 'belong'} to the "
+                              f"preset and cannot be combined with ops=; express {'it' if len(given) == 1 else 'them'} "
+                              "as operations (Resize, Clahe, RandomRotation, ColorJitter)")
         for name in _RECIPE:
             self._set(name, None)
         ops = self.ops
@@ -204,7 +226,8 @@ class AugmentSpec:
         if len(mean) == 1 and len(std) == 1 and c == 3:
             mean, std = mean * 3, std * 3
         if len(mean) != c or len(std) != c:
-            raise ConfigError(f"AugmentSpec: mean={mean} / std={std} need {c} values (the output has {c} channels)")
+            raise ConfigError(f"AugmentSpec: mean={mean} / std={std} need {c} value{'s' if c != 1 else ''} each (the "
+                              f"output has {c} channel{'s' if c != 1 else ''})")
         if any(s <= 0 for s in std):
             raise ConfigError(f"AugmentSpec.std={std!r}; every value must be positive")
         dtype = casts[0].dtype if casts else ("float32" if self.dtype is _D else self.dtype)
@@ -225,6 +248,7 @@ class AugmentSpec:
             raise ConfigError("AugmentSpec.ops: the output size depends on the image; end the list with an operation "
                               "of fixed size (Resize((h, w)), CenterCrop, RandomCrop or RandomResizedCrop)")
         self._set("_out_size", size)
+        _warn_amplification(kept)
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
@@ -293,12 +317,17 @@ class AugmentSpec:
         """The evaluation variant: same decode, size and normalisation; no randomness.
 
         Preset: CLAHE kept, rotation and jitter off. Operation list: each operation's ``eval()``
-        (random flips, rotations and jitter removed, RandomCrop -> CenterCrop,
-        RandomResizedCrop -> Resize).
+        (random flips, rotations and jitter removed, RandomCrop -> CenterCrop, RandomResizedCrop(s)
+        -> Resize(round(s / 0.875)) + CenterCrop(s), torchvision's ImageNet evaluation transform:
+        aspect kept, not squashed). For anything else, build the evaluation spec yourself.
         """
         if self.ops is None:
             return replace(self, rotate_deg=0.0, brightness=0.0, contrast=0.0)
-        return replace(self, ops=tuple(e for e in (op.eval() for op in self.ops) if e is not None))
+        ops: list = []
+        for op in self.ops:
+            e = op.eval()
+            ops += [] if e is None else list(e) if isinstance(e, tuple) else [e]
+        return replace(self, ops=tuple(ops))
 
     # ------------------------------------------------------------------ per-draw parameters
     def make_params(self, seed: int, epoch: int, position: int,
@@ -337,6 +366,45 @@ class AugmentSpec:
         std = np.asarray(self.std, dtype=np.float64)
         mean = np.asarray(self.mean, dtype=np.float64)
         return (1.0 / (255.0 * std)).astype(np.float32), (-mean / std).astype(np.float32)
+
+
+class AmplificationWarning(UserWarning):
+    """An operation list where CLAHE follows an operation whose two backends can differ by a level:
+    the difference is amplified (README, "Compositions")."""
+
+
+# Operations after which the backends can differ by 1 level: on DALI's GPU kernels (their resampling
+# and rounding differ from the CPU's), and for RandomRotation and GaussianBlur also on its CPU
+# operators (the fallback's Resize and RandomResizedCrop are bit-exact with DALI's CPU fn.resize).
+_ONE_LEVEL = {"Resize": "the GPU", "RandomResizedCrop": "the GPU",
+              "RandomRotation": "DALI's CPU and GPU operators", "GaussianBlur": "DALI's CPU and GPU operators"}
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _warn_amplification(ops: tuple[Transform, ...]) -> None:
+    """Warn (once per pair of operation types and process) when CLAHE comes after an operation of
+    :data:`_ONE_LEVEL`: a 1-level difference between the backends then becomes several (measured: up
+    to 14 levels; on tiles of a few pixels CLAHE maps by rank, up to 255 * k / pixels per tile).
+    A ColorJitter multiplies a difference by its gain only (3 levels at contrast 2-3, measured) and
+    does not warn: torchvision's own recipe puts ColorJitter(0.4, 0.4, 0.4) after RandomResizedCrop,
+    and a warning on every such recipe would teach users to ignore it (README, "Compositions")."""
+    pairs = []
+    for j, amp in enumerate(ops):
+        if amp.is_identity or not isinstance(amp, Clahe):
+            continue
+        for i, src in enumerate(ops[:j]):
+            name = type(src).__name__
+            if name in _ONE_LEVEL and not src.is_identity and (type(amp).__name__, name) not in _WARNED:
+                pairs.append((i, j))
+    if not pairs:
+        return
+    _WARNED.update((type(ops[j]).__name__, type(ops[i]).__name__) for i, j in pairs)
+    said = "; ".join(f"{type(ops[j]).__name__} (ops[{j}]) after {type(ops[i]).__name__} (ops[{i}]), which can differ "
+                     f"by 1 level on {_ONE_LEVEL[type(ops[i]).__name__]}" for i, j in pairs)
+    warnings.warn(f"AugmentSpec.ops: {said}. CLAHE amplifies such a difference between the DALI and fallback "
+                  "backends (measured up to 14 levels; more on images of a few pixels per CLAHE tile): see README, "
+                  "'Compositions'. Put Clahe before that operation to keep the backends equal.", AmplificationWarning,
+                  stacklevel=5)
 
 
 class AugParams(NamedTuple):

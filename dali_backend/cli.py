@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from .cliargs import (OneLineParser, operation_list, add_index_load_arguments, data_or_index, default_cache, existing_dir, fraction,
-                      index_file, int_range, keyword_rules, load_data, output_dir, output_file, positive_int,
-                      run_command, size_wxh, verbosity_parent)
+from .cliargs import (OneLineParser, operation_list, add_index_load_arguments, class_list, data_or_index, default_cache,
+                      existing_dir, fraction, index_file, int_range, keyword_rules, load_data, output_dir, output_file,
+                      positive_int, run_command, size_wxh, text_encoding, verbosity_parent)
 from .index import check_output_path, write_atomic
 
 log = logging.getLogger("dali_backend.cli")
@@ -27,43 +27,92 @@ MAX_PREVIEW_DRAWS = 64
 DIFF_GAIN = 16  # the preview's difference column shows |fallback - DALI| multiplied by this
 
 
-def _index_from_args(args):
+# Options of `index` that apply to one way of labelling only: (attribute, flag, the builders that take it).
+_INDEX_ONLY_FOR = (
+    ("split", "--split", ("folder", "manifest")),
+    ("classes", "--classes", ("folder", "manifest")),
+    ("path_column", "--path-column", ("manifest",)),
+    ("label_column", "--label-column", ("manifest",)),
+    ("split_column", "--split-column", ("manifest",)),
+    ("encoding", "--encoding", ("manifest",)),
+    ("allow_outside_symlinks", "--allow-outside-symlinks", ("folder", "keywords")),
+)
+_INDEX_HOW = {"folder": "class folders (the default)", "manifest": "--manifest",
+              "keywords": "--keywords/--keyword-rules"}
+
+
+def _check_index_flags(args) -> str:
+    """Which builder the flags of ``index`` ask for; a ConfigError for a flag that builder does not take."""
+    from .errors import ConfigError
+
+    keywords = args.keywords or args.keyword_rules is not None
+    if args.manifest and keywords:
+        raise ConfigError(f"--manifest {args.manifest} labels the files already; drop --keywords/--keyword-rules")
+    how = "manifest" if args.manifest else "keywords" if keywords else "folder"
+    for attr, flag, takers in _INDEX_ONLY_FOR:
+        value = getattr(args, attr)
+        if value is None or value is False or how in takers:
+            continue
+        if how == "keywords" and attr == "classes":
+            raise ConfigError(f"{flag} does not apply with {_INDEX_HOW[how]}: the classes are the keys of the keyword "
+                              "rules (sorted); drop --classes, or name the classes in --keyword-rules")
+        if how == "keywords" and attr == "split":
+            raise ConfigError(f"{flag} {args.split} does not apply with {_INDEX_HOW[how]} (keyword labelling has no "
+                              f"splits); drop it, or pass the split's folder as ROOT ({args.root / args.split})")
+        if how == "manifest" and attr == "allow_outside_symlinks":
+            raise ConfigError(f"{flag} does not apply with --manifest: every manifest entry must resolve inside ROOT; "
+                              "drop it, or pass as ROOT a folder that contains the files")
+        where = " or ".join(_INDEX_HOW[t] for t in takers)
+        raise ConfigError(f"{flag} applies to {where} only; drop it, or pass --manifest FILE (a CSV)"
+                          if takers == ("manifest",) else f"{flag} applies to {where} only; drop it")
+    return how
+
+
+def _index_from_args(args, how: str):
     from .index import SampleIndex
 
-    common = {"verify": args.verify, "max_pixels": args.max_pixels}
-    if args.manifest:
-        return SampleIndex.from_manifest(args.manifest, root=args.root, split=args.split, **common)
-    if args.keywords or args.keyword_rules is not None:
+    common = {"verify": args.verify, "max_pixels": args.max_pixels, "workers": args.workers}
+    if how == "manifest":
+        return SampleIndex.from_manifest(args.manifest, root=args.root, split=args.split, classes=args.classes,
+                                         path_column=args.path_column, label_column=args.label_column,
+                                         split_column=args.split_column, encoding=args.encoding, **common)
+    if how == "keywords":
         return SampleIndex.from_keywords(args.root, **({"rules": args.keyword_rules} if args.keyword_rules else {}),
-                                         **common)
-    return SampleIndex.from_folder(args.root, split=args.split, **common)
+                                         allow_outside_symlinks=args.allow_outside_symlinks, **common)
+    return SampleIndex.from_folder(args.root, split=args.split, classes=args.classes,
+                                   allow_outside_symlinks=args.allow_outside_symlinks, **common)
 
 
 def cmd_index(args) -> int:
-    if args.manifest and (args.keywords or args.keyword_rules is not None):
-        from .errors import ConfigError
+    from .index import INDEX_CLI_FLAGS, command_line
 
-        raise ConfigError(f"--manifest {args.manifest} labels the files already; drop --keywords/--keyword-rules")
+    how = _check_index_flags(args)
     report = Path(str(args.out) + ".rejected.csv")
     check_output_path(report, "rejected-files report")  # --out itself was checked by output_file
     t0 = time.perf_counter()
-    index = _index_from_args(args)  # the library logs the summary (stderr; hidden by -q)
+    with command_line(INDEX_CLI_FLAGS):  # library errors name this command's flags
+        index = _index_from_args(args, how)  # the library logs the summary (stderr; hidden by -q)
     log.debug("index built in %.2f s", time.perf_counter() - t0)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     index.save(args.out)
     print(_shown(f"index of {len(index)} files written to {args.out}"))
-    if index.rejected:
-        write_atomic(report, lambda f: f.write(_rejected_csv(index.rejected)), "rejected-files report")
-        print(_shown(f"{len(index.rejected)} rejected files listed in {report}"))
+    if index.rejected or index.ignored_files:
+        write_atomic(report, lambda f: f.write(_rejected_csv(index.rejected, index.ignored_files)),
+                     "rejected-files report")
+        listed = " and ".join(f"{n} {what} file{'s' if n != 1 else ''}" for n, what in
+                              ((len(index.rejected), "rejected"), (len(index.ignored_files), "ignored")) if n)
+        print(_shown(f"{listed} listed in {report}"))
     return 0
 
 
-def _rejected_csv(rejected) -> bytes:
-    """``path,reason`` CSV of rejected files; a name that is not UTF-8 on disk keeps its bytes."""
+def _rejected_csv(rejected, ignored=()) -> bytes:
+    """``path,reason`` CSV of rejected files, then ignored ones (reason ``ignored: <why>``, e.g.
+    ``ignored: not .jpg/.jpeg``); a name that is not UTF-8 on disk keeps its bytes."""
     def cell(text: str) -> str:
         return '"' + text.replace('"', '""') + '"'
 
-    lines = ["path,reason"] + [f"{cell(r.path)},{cell(r.reason)}" for r in rejected]
+    lines = (["path,reason"] + [f"{cell(r.path)},{cell(r.reason)}" for r in rejected]
+             + [f"{cell(r.path)},{cell('ignored: ' + r.reason)}" for r in ignored])
     return _encoded("\n".join(lines) + "\n")
 
 
@@ -82,7 +131,7 @@ def _shown(text: str) -> str:
 
 def cmd_split(args) -> int:
     index = load_data(args.index, args.root, args.no_check, arg="index")
-    train, val = index.split(args.val_fraction, seed=args.seed)
+    train, val = index.split(args.val_fraction, seed=args.seed, stratify=args.stratify)
     check_output_path(args.val_out, "--val-out")  # both refused before either is written
     for out, part in ((args.train_out, train), (args.val_out, val)):
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -172,9 +221,38 @@ def letterbox_tile(img, width: int, height: int, fill: int = 48):
     return tile
 
 
+def crop_windows(spec, params: list[dict], size: tuple[int, int]) -> list[tuple[str, tuple[float, float, float, float]]]:
+    """Each crop's window of one draw in the *original* image's pixels: ``[(op name, (top, left, h, w))]``.
+
+    Windows are traced back through the operations before them while those only resize (exact or
+    shorter side) or change values; after a flip, turn, rotation or letterbox the trace stops (a
+    rectangle would no longer be a rectangle of the original), and later crops are not drawn."""
+    from .transforms.geometry import Resize, _Crop
+
+    out = []
+    top, left, sy, sx = 0.0, 0.0, 1.0, 1.0  # the current frame's pixel (y, x) = (top + sy*y, left + sx*x)
+    h, w = size
+    for op, p in zip(spec.transforms, params, strict=True):
+        if isinstance(op, _Crop):
+            t, l, ch, cw = op.window(p)
+            out.append((type(op).__name__, (top + sy * t, left + sx * l, sy * ch, sx * cw)))
+            nh, nw = op.output_size((h, w), p)
+            # the crop's output frame: its window stretched to the output size
+            top, left, sy, sx = top + sy * t, left + sx * l, sy * ch / nh, sx * cw / nw
+            h, w = nh, nw
+        elif isinstance(op, Resize) and not op.letterbox:
+            nh, nw = op.output_size((h, w), p)
+            sy, sx, h, w = sy * h / nh, sx * w / nw, nh, nw
+        elif op.KIND == "geometric" and not op.is_identity:
+            break
+    return out
+
+
 def cmd_preview(args) -> int:
-    """Original, fallback output, DALI output and their amplified difference side by side for N draws,
-    plus the class histogram."""
+    """Original (with each crop's window drawn on it), fallback output, DALI output and their
+    amplified difference side by side for N draws, each with its file and parameters, plus the class
+    histogram. ``--ops`` takes the list you train with: ``Normalize``/``ToDtype`` are left out of the
+    picture (pixels are shown before normalisation), the rest runs as in training."""
     import cv2
     import numpy as np
 
@@ -185,10 +263,13 @@ def cmd_preview(args) -> int:
     from .augment import AugmentSpec
     from .loader import DaliLoader, _dali_importable
     from .sampler import WeightedSampler
+    from .transforms.geometry import _Crop as _CropOp
 
     index = load_data(args.data, args.root, args.no_check)
+    not_shown = []
     if args.ops:
-        spec = AugmentSpec(ops=args.ops, dtype="uint8")
+        not_shown = [type(op).__name__ for op in args.ops if op.KIND == "output"]
+        spec = AugmentSpec(ops=[op for op in args.ops if op.KIND != "output"], dtype="uint8")
     else:
         spec = AugmentSpec(size=args.size, color=args.color, fit=args.fit, dtype="uint8")
     ds = ImageDataset(index, spec, seed=args.seed)
@@ -213,15 +294,20 @@ def cmd_preview(args) -> int:
     rows = []
     for k, d in enumerate(draws):
         orig = ops.decode(ds.reader.read(d.index), spec.color)
-        tiles = [letterbox_tile(orig, tw, th), hwc(fallback[k])]
-        label = f"{index.classes[index.labels[d.index]]}"
+        params = spec.make_params(ds.seed, d.epoch, d.position, orig.shape[:2])
+        shown = orig if orig.ndim == 3 else cv2.cvtColor(orig, cv2.COLOR_GRAY2RGB)
+        shown = shown.copy()
+        thick = max(2, round(max(orig.shape[:2]) / max(tw, th)) * 2)
+        for _, (t, l, ch, cw) in crop_windows(spec, params, orig.shape[:2]):
+            cv2.rectangle(shown, (int(l), int(t)), (int(l + cw) - 1, int(t + ch) - 1), (255, 40, 40), thick)
+        tiles = [letterbox_tile(shown, tw, th), hwc(fallback[k])]
+        label = f"{index.classes[index.labels[d.index]]}  {index.paths[d.index]}"
         if dali_imgs is not None:
             diff = np.abs(fallback[k].astype(np.int16) - dali_imgs[k].astype(np.int16))
             tiles += [hwc(dali_imgs[k]), hwc(np.clip(diff * DIFF_GAIN, 0, 255).astype(np.uint8))]
             label += f"  max|diff| {int(diff.max())}"
         tiles = [cv2.cvtColor(x, cv2.COLOR_GRAY2BGR) if x.ndim == 2 else cv2.cvtColor(np.ascontiguousarray(x), cv2.COLOR_RGB2BGR)
                  for x in tiles]
-        params = spec.make_params(ds.seed, d.epoch, d.position, orig.shape[:2])
         label += "  " + "  ".join(op.describe(p) for op, p in zip(spec.transforms, params) if p)
         bar = np.full((20, tw * len(tiles), 3), 255, np.uint8)
         _text(bar, label, 4, 14, tw * len(tiles) - 8, 0.42)
@@ -229,7 +315,10 @@ def cmd_preview(args) -> int:
     width = rows[0].shape[1]
     recipe = np.full((18, width, 3), 255, np.uint8)
     _text(recipe, "ops: " + " > ".join(repr(op) if len(spec.transforms) < 3 else type(op).__name__
-                                      for op in spec.transforms), 4, 13, width - 8, 0.4)
+                                      for op in spec.transforms)
+          + (f"  (not shown: {', '.join(not_shown)}; pixels before normalisation)" if not_shown else "")
+          + ("  red: crop window on the original" if any(isinstance(op, _CropOp) for op in spec.transforms) else ""),
+          4, 13, width - 8, 0.4)
     head = np.full((22, width, 3), 255, np.uint8)
     for c, name in enumerate(columns):
         _text(head, name, c * tw + 4, 16, tw - 8)
@@ -343,21 +432,40 @@ def build_parser() -> argparse.ArgumentParser:
     i = add("index", cmd_index, "index a folder, a manifest or keyword-labelled files; report rejects",
             epilog="Labels come from class folders (default), a --manifest, or --keywords in file and folder "
                    "names (default rules: ok/normal/good -> normal, scratch/scr -> scratch, dent/pit -> dent; "
-                   "--keyword-rules replaces them).")
-    i.add_argument("root", type=existing_dir, help="data root (root/<class>/**/*.jpg, or the manifest's root)")
+                   "--keyword-rules replaces them). An ASCII keyword matches a whole word; any other keyword (e.g. "
+                   "划痕) matches inside a name. Errors name these flags; rejected and ignored files are listed in "
+                   "OUT.rejected.csv.")
+    i.add_argument("root", type=existing_dir, metavar="ROOT",
+                   help="data root (ROOT/<class>/**/*.jpg, or the folder the manifest's paths are relative to)")
     i.add_argument("--out", type=output_file, required=True, help="index file to write (.npz)")
-    i.add_argument("--split", help="split folder (root/<split>/<class>/...) or CSV split column")
-    i.add_argument("--manifest", help="JSON {path: class} or CSV path,label[,split]")
+    i.add_argument("--split", help="split folder (ROOT/<split>/<class>/...) or value of the manifest's split column")
+    i.add_argument("--classes", type=class_list, metavar="NAMES",
+                   help="class names in id order, comma-separated (or a JSON list); class folders or manifest labels "
+                        "not listed are an error (default: sorted names found)")
+    i.add_argument("--manifest", help="JSON {path: class} or CSV path,label[,split] (header names are recognised)")
+    i.add_argument("--path-column", metavar="NAME", help="CSV manifest: header name of the path column")
+    i.add_argument("--label-column", metavar="NAME", help="CSV manifest: header name of the label column")
+    i.add_argument("--split-column", metavar="NAME", help="CSV manifest: header name of the split column")
+    i.add_argument("--encoding", type=text_encoding, help="manifest text encoding, e.g. gbk or cp1252 (default UTF-8)")
     i.add_argument("--keywords", action="store_true", help="label by keywords in file and folder names")
     i.add_argument("--keyword-rules", type=keyword_rules, metavar="JSON",
-                   help="keyword rules as a JSON object {class: [word, ...]} (implies --keywords)")
-    i.add_argument("--verify", default="header", choices=["header", "decode", "none"])
-    i.add_argument("--max-pixels", type=positive_int, default=100_000_000)
+                   help="keyword rules as a JSON object {class: [word, ...]} (implies --keywords); "
+                        "e.g. '{\"scratch\": [\"scratch\", \"划痕\"]}'")
+    i.add_argument("--allow-outside-symlinks", action="store_true",
+                   help="follow symlinks that leave ROOT (refused by default; not with --manifest)")
+    i.add_argument("--verify", default="header", choices=["header", "decode", "none"],
+                   help="header: check markers and sizes (default); decode: also decode every file; none: trust them")
+    i.add_argument("--max-pixels", type=positive_int, default=100_000_000,
+                   help="refuse files whose frame declares more pixels (default 100000000)")
+    i.add_argument("--workers", type=positive_int, default=8, help="threads reading file headers (default 8)")
 
     s = add("split", cmd_split, "split an index into train/val, stable as the data grows")
     s.add_argument("index", type=index_file, help="index file written by `index`")
     s.add_argument("--val-fraction", type=fraction, default=0.2, help="share of files in val, in (0, 1) (default 0.2)")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--stratify", action="store_true",
+                   help="exactly the val fraction of every class (rounded), instead of a per-file hash threshold "
+                        "(each class's share then varies; a file keeps its side as the data grows)")
     s.add_argument("--train-out", type=output_file, required=True)
     s.add_argument("--val-out", type=output_file, required=True)
     add_index_load_arguments(s)
@@ -373,8 +481,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--fit", default="stretch", choices=["stretch", "letterbox"])
     v.add_argument("--backend", default="auto", choices=["auto", "torch"], help="torch: skip the DALI column")
     v.add_argument("--ops", type=operation_list, default=None, help="an operation list instead of the preset (then --size/--color/--fit are "
-                                               "ignored), e.g. 'RandomResizedCrop(192), RandomHorizontalFlip(), "
-                                               "ColorJitter(0.4, 0.4, 0.4)'")
+                                               "ignored): the list you train with, e.g. 'RandomResizedCrop(192), "
+                                               "RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4), Normalize(...)' "
+                                               "(shown before normalisation; crop windows drawn on the original)")
     v.add_argument("--seed", type=int, default=0)
     add_index_load_arguments(v)
 

@@ -1,8 +1,10 @@
 """Argument types and error handling shared by ``dali-backend`` and ``python -m bench``.
 
 Both command lines import this module and it imports neither of them, so ``dali_backend.cli`` and
-``bench`` have no import cycle. Besides the standard library it imports only
-:mod:`dali_backend.errors` (when a command runs) and :func:`dali_backend.jpeg.file_kind`.
+``bench`` have no import cycle. Besides the standard library it imports only library modules, inside
+the functions that need them: :mod:`dali_backend.errors` (when a command runs),
+:func:`dali_backend.jpeg.file_kind`, :class:`~dali_backend.labelling.KeywordRules` (to check
+``--keyword-rules``) and :mod:`dali_backend.index` (to load or build an index).
 
 Every user error ends the same way: one line on stderr that names the argument, the value and the
 fix, exit status 2, no traceback. Values are checked by argparse ``type=`` functions (before any
@@ -133,13 +135,60 @@ def json_object(text: str) -> dict:
 
 
 def keyword_rules(text: str) -> dict[str, list[str]]:
-    """A JSON object ``{class: [keyword, ...]}``."""
+    """A JSON object ``{class: [keyword, ...]}`` that :class:`~dali_backend.labelling.KeywordRules` accepts."""
+    from .errors import ConfigError
+    from .labelling import KeywordRules
+
     value = json_object(text)
+    if not value:
+        raise argparse.ArgumentTypeError(f"{text!r} names no class; pass {{\"class\": [\"word\", ...]}}, or drop "
+                                         "--keyword-rules for the default rules (use --keywords)")
     for cls, words in value.items():
         if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
             raise argparse.ArgumentTypeError(f"{text!r}: class {cls!r} maps to {words!r}; each class needs a list of "
                                              "keywords, e.g. {\"dent\": [\"dent\", \"pit\"]}")
+    try:
+        KeywordRules(value)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     return value
+
+
+def class_list(text: str) -> list[str]:
+    """``--classes``: class names in id order, comma-separated (``normal,scratch,dent``), or a JSON list
+    (``["a,b", "c"]``) for names that hold a comma. Names are stripped; none may be empty or repeated."""
+    if text.lstrip().startswith("["):
+        try:
+            names = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a valid JSON list ({e.msg} at character {e.pos}); "
+                                             "pass names separated by commas, e.g. normal,scratch,dent") from None
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise argparse.ArgumentTypeError(f"{text!r}: a JSON list of class names is a list of strings, e.g. "
+                                             "[\"normal\", \"scratch\"]")
+    else:
+        names = text.split(",")
+    names = [n.strip() for n in names]
+    if not names or any(not n for n in names):
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty class name; pass names separated by commas, e.g. "
+                                         "normal,scratch,dent")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"{text!r} lists {', '.join(map(repr, repeated))} more than once; list each "
+                                         "class once")
+    return names
+
+
+def text_encoding(text: str) -> str:
+    """A text encoding Python knows (``gbk``, ``cp1252``, ``utf-8``...)."""
+    import codecs
+
+    try:
+        codecs.lookup(text)
+    except LookupError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a text encoding Python knows; pass e.g. utf-8, gbk or "
+                                         "cp1252") from None
+    return text
 
 
 def existing_dir(text: str) -> Path:
@@ -293,12 +342,16 @@ def run_command(parser: argparse.ArgumentParser, argv: list[str] | None, log: lo
     undo = configure_logging(args)
     prog = getattr(args, "prog", parser.prog)
     from .errors import DaliBackendError
+    from .index import command_line
 
     try:
         log.debug("%s: arguments %s", prog, {k: str(v) if isinstance(v, Path) else v for k, v in sorted(vars(args).items())
                                              if k not in ("func", "prog")})
         t0 = time.perf_counter()
-        rc = args.func(args)
+        # index errors never suggest a builder option as a flag of this command: a command that has such
+        # flags (`index`) or names the data root (load_data) says so in a context of its own
+        with command_line({}):
+            rc = args.func(args)
         log.debug("%s: done in %.2f s (exit status %d)", prog, time.perf_counter() - t0, rc)
         return rc
     except DaliBackendError as e:
@@ -334,7 +387,7 @@ def load_data(path: Path, root: Path | None = None, no_check: bool = False, prog
     """A :class:`~dali_backend.SampleIndex` from an index file (honouring ``--root``/``--no-check``) or
     by indexing a data folder. Index errors are re-raised (same type) with ``arg`` and ``path`` in front."""
     from .errors import ConfigError, IndexBuildError, IndexFileError, StaleIndexError
-    from .index import SampleIndex
+    from .index import SampleIndex, command_line
 
     if path.is_dir():
         if root is not None or no_check:
@@ -343,7 +396,10 @@ def load_data(path: Path, root: Path | None = None, no_check: bool = False, prog
                               f"afresh); drop {flag}")
     try:
         if path.is_dir():
-            return SampleIndex.from_folder(path, progress=progress)
+            # errors name how to pass the data root here, and suggest `dali-backend index` for the options
+            # this command lacks (--split, --classes, ...)
+            with command_line({"root": arg if arg.startswith("-") else arg.upper()}):
+                return SampleIndex.from_folder(path, progress=progress)
         return SampleIndex.load(path, root=root, check="none" if no_check else "stat")
     except (IndexBuildError, IndexFileError, StaleIndexError) as e:
         raise type(e)(f"{arg} {str(path)!r}: {e}") from e

@@ -10,21 +10,25 @@ are summarised in one log line, and are saved with the index.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import csv
 import errno
 import hashlib
 import io
+import itertools
 import json
 import logging
 import os
 import secrets
+import shlex
 import unicodedata
 import zipfile
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal
@@ -42,12 +46,90 @@ from .strings import StringTable
 log = logging.getLogger("dali_backend")
 
 JPEG_EXTENSIONS = (".jpg", ".jpeg")
+NOT_JPEG = "not .jpg/.jpeg"  # why a file with another extension is ignored
 # Files this package writes into data folders (dali_backend/synthetic.py's cache marker): never
 # reported as ignored user files.
 PACKAGE_FILES = frozenset({".synthetic.json"})
 FORMAT_NAME = "dali_backend.SampleIndex"
 FORMAT_VERSION = 1
 Verify = Literal["header", "decode", "none"]
+
+
+# ------------------------------------------------------------------------------ naming options in messages
+# The options of the library's builders and the flag of `dali-backend index` for each; ROOT is its positional
+# data root. Error messages name both forms in library use; a command line names its own flags instead
+# (see command_line), and never a flag it lacks.
+INDEX_CLI_FLAGS: Mapping[str, str] = {
+    "root": "ROOT", "split": "--split", "classes": "--classes", "path_column": "--path-column",
+    "label_column": "--label-column", "split_column": "--split-column", "encoding": "--encoding",
+    "allow_outside_symlinks": "--allow-outside-symlinks", "verify": "--verify", "max_pixels": "--max-pixels",
+    "workers": "--workers",
+}
+_BARE = object()  # an option named without a value ("pass classes=")
+
+
+# The flags of the command line running the library (see command_line); None in library use.
+_CALLER: ContextVar[Mapping[str, str] | None] = ContextVar("dali_backend_caller", default=None)
+
+
+@contextlib.contextmanager
+def command_line(flags: Mapping[str, str]) -> Iterator[None]:
+    """While active, error messages of this module name options as a command line spells them.
+
+    ``flags`` maps a builder keyword (``"split"``) to the command's flag (``"--split"``), or to the
+    metavar of a positional argument (``"root": "DATA"``). An option the command lacks is never
+    suggested as a flag of it: the message says to build an index with ``dali-backend index`` instead.
+    """
+    token = _CALLER.set(dict(flags))
+    try:
+        yield
+    finally:
+        _CALLER.reset(token)
+
+
+def _cli_form(flag: str, value: object) -> str:
+    """``flag`` with ``value`` as typed on a command line (lists comma-separated, shell-quoted)."""
+    if value is _BARE or value is True:
+        return flag
+    if isinstance(value, (list, tuple)):  # --classes: comma-separated, or a JSON list when a name holds a comma
+        items = [str(v) for v in value]
+        text = ",".join(items) if not any("," in v for v in items) else json.dumps(items, ensure_ascii=False)
+    else:
+        text = str(value)
+    if not flag.startswith("-"):  # a positional argument
+        return f"{shlex.quote(text)} as {flag}"
+    return f"{flag} {shlex.quote(text)}"
+
+
+def _opt(keyword: str, value: object = _BARE) -> str | None:
+    """How to pass option ``keyword`` (with ``value``) in an error message, for whoever called.
+
+    Library use: ``split='train' (CLI: --split train)``. Under :func:`command_line`: the command's
+    own form (``--split train``), or None when the command has no such option.
+    """
+    caller = _CALLER.get()
+    if caller is None:
+        py = f"{keyword}=" if value is _BARE else f"{keyword}={value!r}"
+        flag = INDEX_CLI_FLAGS.get(keyword)
+        return py if flag is None or flag == "ROOT" else f"{py} (CLI: {_cli_form(flag, value)})"
+    flag = caller.get(keyword)
+    return None if flag is None else _cli_form(flag, value)
+
+
+def _name(keyword: str, value: object) -> str:
+    """Option ``keyword=value`` restated (as the caller passed it) in an error message."""
+    caller = _CALLER.get()
+    flag = caller.get(keyword) if caller is not None else None
+    return f"{keyword}={value!r}" if flag is None else _cli_form(flag, value)
+
+
+def _index_first(root: str | os.PathLike, keyword: str, value: object = _BARE) -> str:
+    """For a command without option ``keyword``: build the index with ``dali-backend index`` using it."""
+    caller = _CALLER.get()
+    data = caller.get("root") if caller is not None else "DATA"
+    command = (f"index it with `dali-backend index {shlex.quote(os.fspath(root))} "
+               f"{_cli_form(INDEX_CLI_FLAGS[keyword], value)} --out index.npz`")
+    return command + (f" and pass that file as {data}" if data else "")
 
 
 @dataclass(frozen=True)
@@ -67,18 +149,31 @@ class _Candidates:
     rejected: list[Rejected]
     ignored: Counter
     extensions: Counter = field(default_factory=Counter)  # non-JPEG files by extension, for error messages
+    ignored_files: list[Rejected] = field(default_factory=list)  # (path, kind) of every ignored entry
 
-    def ignore(self, name: str) -> None:
-        """Count a non-sample file ``name`` (hidden, ``._*``, other extension); package files are skipped."""
+    def ignore(self, name: str, rel: str) -> None:
+        """Count and record a non-sample entry ``name`` at ``rel`` (hidden, ``._*``, other extension);
+        package files are skipped."""
         if name in PACKAGE_FILES:
             return
         if name.startswith("._"):
-            self.ignored["macOS ._ file"] += 1
+            kind = "macOS ._ file"
         elif name.startswith("."):
-            self.ignored["hidden"] += 1
+            kind = "hidden"
         else:
-            self.ignored["not .jpg/.jpeg"] += 1
+            kind = NOT_JPEG
             self.extensions[os.path.splitext(name)[1].lower()] += 1
+        self.skip(rel, kind)
+
+    def skip(self, rel: str, kind: str) -> None:
+        """Record ``rel`` as ignored for reason ``kind``."""
+        self.ignored[kind] += 1
+        self.ignored_files.append(Rejected(rel, kind))
+
+
+def _count(n: int, word: str, plural: str | None = None) -> str:
+    """``n`` and ``word``, in the plural unless ``n`` is 1: ``1 file``, ``2 files``, ``3 entries``."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
 def _norm_rel(rel: str) -> str:
@@ -116,10 +211,10 @@ def _walk_jpegs(top: str, root: str, root_real: str, allow_outside_symlinks: boo
             stack.pop()
             continue
         name = entry.name
-        if name.startswith("."):
-            cand.ignore(name)
-            continue
         rel = _norm_rel(os.path.relpath(entry.path, root))
+        if name.startswith("."):
+            cand.ignore(name, rel)
+            continue
         target = os.path.join(folder_real, name)
         if entry.is_symlink():
             target = os.path.realpath(entry.path)
@@ -127,12 +222,12 @@ def _walk_jpegs(top: str, root: str, root_real: str, allow_outside_symlinks: boo
                 cand.rejected.append(Rejected(rel, f"broken symlink (-> {os.readlink(entry.path)})"))
                 continue
             if not allow_outside_symlinks and not _is_inside(target, root_real):
-                cand.rejected.append(Rejected(
-                    rel, f"symlink leaves the data root (-> {target}); pass allow_outside_symlinks=True to follow it"))
+                cand.rejected.append(Rejected(rel, f"symlink leaves the data root (-> {target}); "
+                                                   f"{_follow_symlinks_hint(root)}"))
                 continue
         if entry.is_dir(follow_symlinks=True):
             if target in visited:
-                cand.ignored["symlink loop"] += 1
+                cand.skip(rel, "symlink loop")
                 continue
             visited.add(target)
             stack.append((iter(_sorted_entries(entry.path, root, cand)), target))
@@ -140,7 +235,13 @@ def _walk_jpegs(top: str, root: str, root_real: str, allow_outside_symlinks: boo
             cand.paths.append(rel)
             cand.labels.append(label)
         else:
-            cand.ignore(name)
+            cand.ignore(name, rel)
+
+
+def _follow_symlinks_hint(root: str | os.PathLike) -> str:
+    """How to follow a symlink that leaves the data root, for whoever called."""
+    flag = _opt("allow_outside_symlinks", True)
+    return f"pass {flag} to follow it" if flag else f"to follow it, {_index_first(root, 'allow_outside_symlinks', True)}"
 
 
 def _subdirs(path: str) -> list[str]:
@@ -158,10 +259,16 @@ def _refuse_split_layout(root: Path, found: Sequence[str]) -> None:
         return
     first = sorted(splits)[0] if "train" not in splits else "train"
     shown = "; ".join(f"{name}/ holds {_capped(sub, 3, ', ')}" for name, sub in sorted(splits.items()))
+    split, as_root, classes = _opt("split", first), _opt("root", str(root / first)), _opt("classes", sorted(found))
+    if split:
+        fix = f"Pass {split} to index one split" + (f", or pass {as_root}" if as_root else "")
+    else:
+        fix = "To index one split, " + (f"pass {as_root}, or " if as_root else "") + _index_first(root, "split", first)
+    fix += (f". If these really are classes, pass {classes}" if classes else
+            f". If these really are classes, {_index_first(root, 'classes', sorted(found))}")
     raise IndexBuildError(
         f"{str(root)!r} looks like a split layout, not one folder per class ({shown}); indexing it would take "
-        f"{', '.join(repr(n) for n in sorted(splits))} as class names. Pass split={first!r} (CLI: --split {first}) to "
-        f"index one split, or root={str(root / first)!r}. If these really are classes, pass classes= explicitly")
+        f"{', '.join(repr(n) for n in sorted(splits))} as class names. {fix}")
 
 
 def _caseless(name: str) -> str:
@@ -219,17 +326,21 @@ class SampleIndex:
         sizes, mtimes: file size in bytes and mtime in ns at indexing time (int64).
         widths, heights: image size declared by the JPEG frame header (before EXIF rotation).
         rejected: files that were refused, each with a reason.
-        ignored: counts of files skipped on purpose (hidden, ``._*``, not JPEG by extension).
+        ignored: counts of files skipped on purpose, by reason (``hidden``, ``macOS ._ file``,
+            ``not .jpg/.jpeg``, ``symlink loop``).
+        ignored_files: every skipped file or folder as ``Rejected(path, reason)``, the reason one of
+            those of :attr:`ignored` (empty for an index saved before they were recorded).
         fingerprint: SHA-256 over classes, paths, labels, sizes and mtimes.
     """
 
     __slots__ = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected",
-                 "ignored", "fingerprint", "__weakref__")
+                 "ignored", "ignored_files", "fingerprint", "__weakref__")
 
     def __init__(self, root: str | os.PathLike, paths: StringTable, labels: NDArray[np.int64],
                  classes: Sequence[str], sizes: NDArray[np.int64], mtimes: NDArray[np.int64],
                  widths: NDArray[np.int32], heights: NDArray[np.int32],
-                 rejected: Iterable[Rejected] = (), ignored: Mapping[str, int] | None = None):
+                 rejected: Iterable[Rejected] = (), ignored: Mapping[str, int] | None = None,
+                 ignored_files: Iterable[Rejected] = ()):
         n = len(paths)
         arrays = {"labels": (labels, np.int64), "sizes": (sizes, np.int64), "mtimes": (mtimes, np.int64),
                   "widths": (widths, np.int32), "heights": (heights, np.int32)}
@@ -237,7 +348,8 @@ class SampleIndex:
         for name, (arr, dtype) in arrays.items():
             a = np.array(arr, dtype=dtype, copy=True).reshape(-1)
             if a.size != n:
-                raise ConfigError(f"SampleIndex: {name} has {a.size} entries for {n} paths")
+                raise ConfigError(f"SampleIndex: {name} has {_count(a.size, 'entry', 'entries')} for "
+                                  f"{_count(n, 'path')}")
             a.flags.writeable = False
             fixed[name] = a
         classes = tuple(str(c) for c in classes)
@@ -253,6 +365,7 @@ class SampleIndex:
             sa(self, name, a)
         sa(self, "rejected", tuple(rejected))
         sa(self, "ignored", dict(ignored or {}))
+        sa(self, "ignored_files", tuple(ignored_files))
         sa(self, "fingerprint", self._compute_fingerprint())
 
     def __setattr__(self, name, value):
@@ -302,10 +415,29 @@ class SampleIndex:
         return np.bincount(self.labels, minlength=len(self.classes)).astype(np.int64)
 
     def summary(self) -> str:
-        counts = ", ".join(f"{c} {k}" for c, k in zip(self.classes, self.class_counts()))
-        text = f"indexed {len(self)} files in {len(self.classes)} classes ({counts}) under {self.root}"
+        """Counts per class, then every rejected file with its reason and every ignored file, grouped by reason.
+
+        The first line is the one logged when the index is built (counts and a few examples); the
+        lines after it list every rejected file under its kind of reason (a file rejected several
+        times, such as a path listed on many manifest lines, once, with the count) and every
+        ignored file or folder (hidden, ``._*``, not ``.jpg``/``.jpeg``, symlink loops).
+        """
+        lines = [self._headline(listed_below=True)]
         if self.rejected:
-            text += f"; rejected {_rejected_digest(self.rejected)}"
+            lines.append(f"rejected files ({len(self.rejected)}):")
+            lines += _grouped(self.rejected, _reason_kind, detail=True)
+        if self.ignored_files:
+            lines.append(f"ignored files ({len(self.ignored_files)}):")
+            lines += _grouped(self.ignored_files, lambda reason: reason, detail=False)
+        return "\n".join(lines)
+
+    def _headline(self, listed_below: bool = False) -> str:
+        """One line: counts per class, rejected files by kind with a few examples, ignored files by kind."""
+        counts = ", ".join(f"{c} {k}" for c, k in zip(self.classes, self.class_counts()))
+        text = (f"indexed {_count(len(self), 'file')} in {_count(len(self.classes), 'class', 'classes')} ({counts}) "
+                f"under {self.root}")
+        if self.rejected:
+            text += f"; rejected {_rejected_digest(self.rejected, listed_below)}"
         if self.ignored:
             text += f"; ignored {sum(self.ignored.values())} (" + ", ".join(f"{k}: {v}" for k, v in sorted(self.ignored.items())) + ")"
         return text
@@ -372,23 +504,26 @@ class SampleIndex:
             if classes is None:
                 _refuse_split_layout(root_path, found)
         if classes is None:
+            keep = _opt("classes", found)
+            keep = (f"pass {keep} to keep them apart" if keep else
+                    f"to keep them apart, {_index_first(root, 'classes', found)}")
             _refuse_lookalikes(found, lambda pairs: IndexBuildError(
                 f"class folders {pairs} under {str(root)!r} would become separate classes. Rename one folder of each "
-                "pair (or move its files into the other), or pass classes= listing both names to keep them apart"))
+                f"pair (or move its files into the other), or {keep}"))
         classes = _resolve_classes(found, classes, lambda unknown, cl: IndexBuildError(
-            f"class folders [{_capped([repr(u) for u in unknown], sep=', ')}] under {str(base)!r} are not in classes={cl}; "
-            "add them to classes= or move them out of the root"))
+            f"class folders [{_capped([repr(u) for u in unknown], sep=', ')}] under {str(base)!r} are not in "
+            f"{_name('classes', cl)}; add them to it or move them out of the root"))
         if not classes:
             raise IndexBuildError(f"no class folders under {str(base)!r}; expected {str(base)}/<class>/*.jpg")
         cand = _Candidates([], [], [], Counter())
         visited = {root_real}
         for entry in sorted(os.scandir(base), key=lambda e: e.name):
             if not entry.is_dir():
+                rel = _norm_rel(os.path.relpath(entry.path, root_path))
                 if entry.name.lower().endswith(JPEG_EXTENSIONS) and not entry.name.startswith("."):
-                    cand.rejected.append(Rejected(_norm_rel(os.path.relpath(entry.path, root_path)),
-                                                  "not inside a class folder; move it into <root>/<class>/"))
+                    cand.rejected.append(Rejected(rel, "not inside a class folder; move it into <root>/<class>/"))
                 else:
-                    cand.ignore(entry.name)
+                    cand.ignore(entry.name, rel)
         for label, name in enumerate(classes):
             folder = base / name
             if not folder.is_dir():
@@ -397,7 +532,7 @@ class SampleIndex:
             if not allow_outside_symlinks and not _is_inside(real, root_real):
                 cand.rejected.append(Rejected(_norm_rel(os.path.relpath(folder, root_path)),
                                               f"class folder is a symlink leaving the data root (-> {real}); "
-                                              "pass allow_outside_symlinks=True to follow it"))
+                                              f"{_follow_symlinks_hint(root_path)}"))
                 continue
             visited.add(real)
             _walk_jpegs(str(folder), str(root_path), root_real, allow_outside_symlinks, cand, label, visited)
@@ -410,7 +545,10 @@ class SampleIndex:
         """Index every JPEG below ``root`` and label it by keywords in its name or folders.
 
         Default rules (the tutorial's): ok/normal/good -> normal, scratch/scr -> scratch, dent/pit ->
-        dent. Files that match no class or several are put in :attr:`rejected`, never guessed.
+        dent. Keywords may be in any script: an ASCII keyword matches a whole word of a file or folder
+        name, any other keyword (``{"scratch": ["划痕"]}``) matches inside a name (``划痕_2024``),
+        both after NFKC normalisation and case folding; see :mod:`dali_backend.labelling` for the
+        exact rule. Files that match no class or several are put in :attr:`rejected`, never guessed.
         """
         kw = rules if isinstance(rules, KeywordRules) else KeywordRules(rules)
         root_path = Path(root)
@@ -419,7 +557,7 @@ class SampleIndex:
         root_real = os.path.realpath(root_path)
         found = _Candidates([], [], [], Counter())
         _walk_jpegs(str(root_path), str(root_path), root_real, allow_outside_symlinks, found, 0, {root_real})
-        cand = _Candidates([], [], found.rejected, found.ignored)
+        cand = _Candidates([], [], found.rejected, found.ignored, found.extensions, found.ignored_files)
         class_id = {c: i for i, c in enumerate(kw.classes)}
         for rel in found.paths:
             name, reason = kw.label(rel)
@@ -435,12 +573,12 @@ class SampleIndex:
                       classes: Sequence[str] | None = None, verify: Verify = "header",
                       max_pixels: int = DEFAULT_MAX_PIXELS, workers: int = 8, progress: bool | None = None,
                       path_column: str | None = None, label_column: str | None = None,
-                      split_column: str | None = None) -> SampleIndex:
+                      split_column: str | None = None, encoding: str | None = None) -> SampleIndex:
         """Index the files listed in a manifest.
 
         Args:
             path: a JSON object ``{"relative/path.jpg": "class", ...}`` (``.json``; a key given twice
-                is an error), or a UTF-8 CSV file. A CSV without a header row has the columns
+                is an error), or a CSV file. A CSV without a header row has the columns
                 ``path,label[,split]``. A header row is read by name: the path column may be called
                 any of :data:`PATH_COLUMNS` (``path``, ``file``, ``filename``, ``image``,
                 ``image_path``, ``filepath``, ``img``, ...), the label column any of
@@ -456,8 +594,14 @@ class SampleIndex:
             classes: explicit class names in id order (default: sorted labels found). A label not in
                 this list is an error. An empty label is always an error (file and line named).
             path_column, label_column, split_column: CSV header names of the columns to use, for
-                headers with other names (the CSV must then have a header row).
+                headers with other names such as ``文件名,类别`` (the CSV must then have a header row).
+            encoding: the manifest's text encoding (default UTF-8, with or without a byte-order
+                mark), e.g. ``"gbk"`` or ``"cp1252"`` for a CSV saved by Excel on Windows. A manifest
+                that does not decode is a :class:`ManifestError` naming the line and byte offset.
 
+        Files written on Windows read as they are: a byte-order mark and CRLF line ends are fine,
+        and a path written with backslashes (``scratch\\img1.jpg``) names ``scratch/img1.jpg`` when
+        no file is named with the backslash itself (on POSIX, where ``\\`` may be part of a name).
         A path with spaces around it is used exactly as written when that file exists (a file may
         really be named `` lead.jpg``), else without them (``a.jpg, ok``). Labels are stripped;
         labels that differ only in case or Unicode normalisation (``Dent`` and ``dent``) are an
@@ -466,8 +610,9 @@ class SampleIndex:
         mpath = Path(path)
         root_path = Path(root) if root is not None else mpath.parent
         if not root_path.is_dir():
-            raise ManifestError(f"manifest root {str(root_path)!r} is not a folder; pass root= the folder the paths are relative to")
-        rows = _read_manifest(mpath, split, root_path, path_column, label_column, split_column)
+            raise ManifestError(f"manifest root {str(root_path)!r} is not a folder; pass {_opt('root')} the folder the "
+                                "paths are relative to")
+        rows = _read_manifest(mpath, split, root_path, path_column, label_column, split_column, encoding)
         root_real = os.path.realpath(root_path)
         outside = []
         cand = _Candidates([], [], [], Counter())
@@ -494,16 +639,18 @@ class SampleIndex:
             entries.append((rel_norm, label))
         if outside:
             shown = _capped(outside)
-            raise ManifestError(f"{mpath}: {len(outside)} entries resolve outside the root {root_real!r} ({shown}). "
-                                "Remove them or pass root= a folder that contains them")
+            raise ManifestError(f"{mpath}: {_count(len(outside), 'entry resolves', 'entries resolve')} outside the root "
+                                f"{root_real!r} ({shown}). "
+                                f"Remove {'it' if len(outside) == 1 else 'them'} or pass {_opt('root')} a folder that "
+                                f"contains {'it' if len(outside) == 1 else 'them'}")
         labels_found = sorted({lab for _, lab in entries})
         if classes is None:
             _refuse_lookalikes(labels_found, lambda pairs: ManifestError(
                 f"{mpath}: labels {pairs} would become separate classes. Spell each class one way in the manifest, "
-                "or pass classes= listing both names to keep them apart"))
+                f"or pass {_opt('classes', labels_found)} to keep them apart"))
         classes = _resolve_classes(labels_found, classes, lambda unknown, cl: ManifestError(
-            f"{mpath}: labels {_capped([repr(u) for u in unknown], sep=', ')} are not in classes={cl}; add them or fix "
-            "the manifest"))
+            f"{mpath}: labels {_capped([repr(u) for u in unknown], sep=', ')} are not in {_name('classes', cl)}; add "
+            "them or fix the manifest"))
         class_id = {c: i for i, c in enumerate(classes)}
         for rel, lab in entries:
             cand.paths.append(rel)
@@ -554,8 +701,9 @@ class SampleIndex:
             raise IndexBuildError(_nothing_indexed(root, cand, rejected))
         cols = np.array([r[1:5] for r in results], dtype=np.int64).reshape(-1, 4)[keep]
         index = cls(root, StringTable.from_strings(cand.paths[i] for i in keep), np.asarray(cand.labels, np.int64)[keep],
-                    classes, cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], rejected, cand.ignored)
-        log.info("%s", index.summary())
+                    classes, cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], rejected, cand.ignored,
+                    sorted(cand.ignored_files, key=lambda r: r.path))
+        log.info("%s", index._headline())
         empty = [c for c, k in zip(index.classes, index.class_counts()) if k == 0]
         if empty:
             log.warning("classes with no samples: %s", empty)
@@ -568,19 +716,39 @@ class SampleIndex:
         if pos.size and (pos.min() < 0 or pos.max() >= len(self)):
             raise ConfigError(f"subset positions must lie in [0, {len(self) - 1}]")
         return SampleIndex(self.root, self._paths.take(pos), self.labels[pos], self.classes, self.sizes[pos],
-                           self.mtimes[pos], self.widths[pos], self.heights[pos], self.rejected, self.ignored)
+                           self.mtimes[pos], self.widths[pos], self.heights[pos], self.rejected, self.ignored,
+                           self.ignored_files)
 
-    def split(self, val_fraction: float, seed: int = 0) -> tuple[SampleIndex, SampleIndex]:
-        """Split into ``(train, val)`` deterministically and stably.
+    def split(self, val_fraction: float, seed: int = 0, *, stratify: bool = False) -> tuple[SampleIndex, SampleIndex]:
+        """Split into ``(train, val)`` deterministically.
 
-        Each file's side is decided by a hash of (seed, relative path) alone, so a file keeps its side
-        when others are added or removed. Each class gets ``val_fraction`` of its files in
-        expectation (not exactly: stability is bought with that).
+        Every file gets a key, a hash of (seed, relative path) uniform in [0, 1).
+
+        * ``stratify=False`` (default): a file is in val when its key is below ``val_fraction``. Its
+          side depends on nothing else, so a file keeps its side when others are added or removed;
+          but each file is an independent draw, so a class gets ``val_fraction`` of its files only in
+          expectation: the count is binomial (a class of 20 files at 0.2 gets 4 on average, and 6 or
+          more, 30 %, about one time in five).
+        * ``stratify=True``: each class gets exactly ``val_fraction`` of its files in val, rounded to
+          the nearest count (half up): the files with the smallest keys. Deterministic for a seed;
+          when a class grows, only files near its boundary can change sides.
+
+        Raises:
+            ConfigError: ``val_fraction`` outside [0, 1].
         """
-        if not 0.0 <= val_fraction <= 1.0:
-            raise ConfigError(f"val_fraction={val_fraction}; must lie in [0, 1]")
+        if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float, np.floating)) or \
+                not 0.0 <= val_fraction <= 1.0:
+            raise ConfigError(f"val_fraction={val_fraction!r}; must be a number in [0, 1], e.g. 0.2")
         u = split_keys(self._paths, seed)
-        val = u < val_fraction
+        if stratify:
+            val = np.zeros(len(self), dtype=bool)
+            for c in range(len(self.classes)):
+                members = np.flatnonzero(self.labels == c)
+                k = int(np.floor(members.size * float(val_fraction) + 0.5))
+                # smallest keys; ties (never in practice) broken by position, so the result is deterministic
+                val[members[np.lexsort((members, u[members]))[:k]]] = True
+        else:
+            val = u < val_fraction
         return self.subset(np.flatnonzero(~val)), self.subset(np.flatnonzero(val))
 
     # ----------------------------------------------------------------------------------- checks
@@ -621,7 +789,7 @@ class SampleIndex:
         """
         meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "root": self.root, "classes": list(self.classes),
                 "rejected": [[r.path, r.reason] for r in self.rejected], "ignored": self.ignored,
-                "fingerprint": self.fingerprint}
+                "ignored_files": [[r.path, r.reason] for r in self.ignored_files], "fingerprint": self.fingerprint}
         arrays = {"path_data": self._paths.data, "path_offsets": self._paths.offsets, "labels": self.labels,
                   "sizes": self.sizes, "mtimes": self.mtimes, "widths": self.widths, "heights": self.heights,
                   "meta": np.frombuffer(json.dumps(meta).encode("ascii"), dtype=np.uint8)}
@@ -664,7 +832,8 @@ class SampleIndex:
         try:
             index = cls(root if root is not None else meta["root"], StringTable(data, offsets), arrays["labels"],
                         meta["classes"], arrays["sizes"], arrays["mtimes"], arrays["widths"], arrays["heights"],
-                        [Rejected(p, r) for p, r in meta["rejected"]], meta["ignored"])
+                        [Rejected(p, r) for p, r in meta["rejected"]], meta["ignored"],
+                        [Rejected(p, r) for p, r in meta.get("ignored_files", [])])
         except ValueError as e:  # ConfigError: labels out of range, duplicate class names
             raise _damaged(path, str(e)) from None
         if index.fingerprint != meta["fingerprint"]:
@@ -877,9 +1046,12 @@ def _check_meta(path: str | os.PathLike, meta: dict) -> None:
     classes = meta.get("classes")
     if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
         raise bad("classes", "a list of class names")
-    rejected = meta.get("rejected")
-    if not isinstance(rejected, list) or not all(
-            isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r) for r in rejected):
+    for name in ("rejected", "ignored_files"):
+        pairs = meta.get(name, [])
+        if not isinstance(pairs, list) or not all(
+                isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r) for r in pairs):
+            raise bad(name, "a list of [path, reason] pairs")
+    if "rejected" not in meta:
         raise bad("rejected", "a list of [path, reason] pairs")
     ignored = meta.get("ignored")
     if not isinstance(ignored, dict) or not all(type(v) is int for v in ignored.values()):
@@ -904,16 +1076,41 @@ def _reason_kind(reason: str) -> str:
     return reason.split(" (")[0].split(";")[0].split(":")[0]
 
 
-def _rejected_digest(rejected: Sequence[Rejected]) -> str:
+def _short(reason: str) -> str:
+    return reason if len(reason) <= 120 else reason[:117] + "..."
+
+
+def _rejected_digest(rejected: Sequence[Rejected], listed_below: bool = False) -> str:
     """``N (kind: count, ...; e.g. path: reason, ...)`` with a handful of kinds and examples."""
     kinds = Counter(_reason_kind(r.reason) for r in rejected).most_common()
     text = _capped([f"{k}: {v}" for k, v in kinds], sep=", ")
-
-    def short(reason: str) -> str:
-        return reason if len(reason) <= 120 else reason[:117] + "..."
-
-    examples = _capped([f"{r.path}: {short(r.reason)}" for r in rejected[:3]] + [""] * max(0, len(rejected) - 3), 3)
+    examples = _capped([f"{r.path}: {_short(r.reason)}" for r in rejected[:3]] + [""] * max(0, len(rejected) - 3), 3)
+    if listed_below and len(rejected) > 3:
+        examples += ", all listed below"
     return f"{len(rejected)} ({text}; e.g. {examples})"
+
+
+def _grouped(entries: Sequence[Rejected], kind_of: Callable[[str], str], detail: bool) -> list[str]:
+    """Lines listing every distinct path of ``entries`` under its kind of reason (kinds by count).
+
+    A path that appears several times in one kind (a file listed on many manifest lines) is listed
+    once with its first reason and the count. ``detail``: show the reason after the path when it
+    says more than the kind.
+    """
+    groups: dict[str, dict[str, list[str]]] = {}
+    for r in entries:
+        groups.setdefault(kind_of(r.reason), {}).setdefault(r.path, []).append(r.reason)
+    lines = []
+    for kind, paths in sorted(groups.items(), key=lambda kv: (-sum(map(len, kv[1].values())), kv[0])):
+        lines.append(f"  {kind} ({sum(map(len, paths.values()))}):")
+        for path, reasons in paths.items():
+            line = f"    {path}"
+            if detail and reasons[0] != kind:
+                line += f": {_short(reasons[0])}"
+            if len(reasons) > 1:
+                line += f" (and {len(reasons) - 1} more time{'s' if len(reasons) > 2 else ''})"
+            lines.append(line)
+    return lines
 
 
 def _reject_same_file_twice(cand: _Candidates, classes: Sequence[str], reasons: list[str | None],
@@ -960,14 +1157,18 @@ def _nothing_indexed(root: Path, cand: _Candidates, rejected: Sequence[Rejected]
                 parts.append(f"{other} other file{'s' if other != 1 else ''}")
             text += ": " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])
             text += " ignored (only .jpg/.jpeg is supported)"
-    hidden = {k: v for k, v in cand.ignored.items() if k != "not .jpg/.jpeg"}
+    hidden = {k: v for k, v in cand.ignored.items() if k != NOT_JPEG}
     if hidden:
         text += "; also skipped: " + ", ".join(f"{k}: {v}" for k, v in sorted(hidden.items()))
+    if rejected and all(r.reason == "missing file" for r in rejected):
+        how = _opt("root")
+        return text + (f". No listed file exists under {str(root)!r}: the manifest's paths must be relative to it"
+                       + (f" (pass {how} the folder they are relative to)" if how else ""))
     return text + (". Fix or remove the rejected files" if rejected else ". Check the path, or convert the images to JPEG")
 
 
 _STATE_SLOTS = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected", "ignored",
-                "fingerprint")
+                "ignored_files", "fingerprint")
 
 
 def _restore_index(values: tuple) -> SampleIndex:
@@ -1061,8 +1262,24 @@ def _line_of(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
 
 
-def _manifest_text(path: Path) -> str:
-    """The manifest's text; errors name the file and the line of a NUL byte or a non-UTF-8 byte."""
+# Encodings spreadsheet programs on Windows save CSV files in, tried (in this order) to show the user how an
+# undecodable manifest line reads in each: Chinese (GBK, Excel's "CSV" on a Chinese Windows) and Western European.
+LEGACY_ENCODINGS = ("gbk", "cp1252")
+
+
+def _manifest_text(path: Path, encoding: str | None = None) -> str:
+    """The manifest's text, decoded as UTF-8 (a byte-order mark is skipped) or as ``encoding``.
+
+    A byte that does not decode is a ManifestError naming the file, the line, the byte offset and the
+    fix (re-save as UTF-8, or pass ``encoding=``: the message shows how the line reads in
+    :data:`LEGACY_ENCODINGS`); so is a NUL byte (binary data).
+    """
+    if encoding is not None:
+        try:
+            codecs.lookup(encoding)
+        except (LookupError, TypeError):
+            raise ConfigError(f"{_name('encoding', encoding)} is not a text encoding Python knows; pass e.g. 'utf-8', "
+                              "'gbk' or 'cp1252'") from None
     try:
         with open_regular(path) as f:  # a FIFO named labels.csv must not block
             data = f.read()
@@ -1070,11 +1287,10 @@ def _manifest_text(path: Path) -> str:
         raise ManifestError(f"manifest {str(path)!r} is unreadable ({e.strerror or e}); pass the path of a CSV or JSON "
                             "file") from e
     try:
-        text = data.decode("utf-8-sig")
+        text = data.decode(encoding or "utf-8-sig")
     except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise ManifestError(f"{path}: line {line} is not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start}); "
-                            "save the manifest as UTF-8") from None
+        raise ManifestError(_undecodable(path, data, e, encoding)) from None
+    text = text.removeprefix("\ufeff")  # a byte-order mark, also when encoding='utf-8' or 'utf-16' was given
     nul = text.find("\0")
     if nul >= 0:
         raise ManifestError(f"{path}: line {_line_of(text, nul)} contains a NUL byte (binary data?); a manifest is a "
@@ -1082,14 +1298,45 @@ def _manifest_text(path: Path) -> str:
     return text
 
 
+def _undecodable(path: Path, data: bytes, e: UnicodeDecodeError, encoding: str | None) -> str:
+    """The error text for a manifest that does not decode: where, which byte, and how to fix it."""
+    start = data.rfind(b"\n", 0, e.start) + 1
+    end = data.find(b"\n", e.start)
+    line_bytes = data[start:end if end >= 0 else len(data)].rstrip(b"\r")
+    line = data[:e.start].count(b"\n") + 1
+    what = "UTF-8" if encoding is None else repr(encoding)
+    text = f"{path}: line {line} is not {what} (byte 0x{data[e.start]:02x} at offset {e.start})"
+    readings = []
+    for enc in LEGACY_ENCODINGS:
+        if encoding is not None and codecs.lookup(enc).name == codecs.lookup(encoding).name:
+            continue
+        try:
+            data.decode(enc)
+        except UnicodeDecodeError:
+            continue  # the file is not in this encoding either
+        shown = line_bytes.decode(enc)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        readings.append(f"as {_opt('encoding', enc)} it reads {shown!r}")
+    fix = "save the manifest as UTF-8 (Excel: Save As > 'CSV UTF-8')"
+    how = _opt("encoding")
+    if how is not None:
+        fix += f", or pass {how} naming the encoding it was saved in"
+        if readings:
+            fix += " (" + "; ".join(readings) + ")"
+    return f"{text}; {fix}"
+
+
 def _read_manifest(path: Path, split: str | None, root: Path | None = None, path_column: str | None = None,
-                   label_column: str | None = None, split_column: str | None = None) -> list[tuple[str, str, str]]:
+                   label_column: str | None = None, split_column: str | None = None,
+                   encoding: str | None = None) -> list[tuple[str, str, str]]:
     """``(where, path, label)`` rows of a JSON or CSV manifest; ``where`` is ``"line N"``."""
-    text = _manifest_text(path)
+    text = _manifest_text(path, encoding)
     if path.suffix.lower() == ".json":
         if path_column or label_column or split_column:
-            raise ManifestError(f"manifest {str(path)!r}: path_column=/label_column=/split_column= apply to CSV "
-                                "manifests; a JSON manifest is {\"relative/path.jpg\": \"class\"}")
+            given = ", ".join(o for o in (_opt(k) for k, v in (("path_column", path_column), ("label_column", label_column),
+                                                                ("split_column", split_column)) if v) if o)
+            raise ManifestError(f"manifest {str(path)!r}: {given} apply to CSV manifests; a JSON manifest is "
+                                "{\"relative/path.jpg\": \"class\"}: drop them")
 
         def no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
             out: dict = {}
@@ -1109,7 +1356,8 @@ def _read_manifest(path: Path, split: str | None, root: Path | None = None, path
         if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
             raise ManifestError(f"manifest {str(path)!r} must be a JSON object {{\"relative/path.jpg\": \"class\"}}")
         if split is not None:
-            raise ManifestError(f"manifest {str(path)!r}: split= needs a CSV manifest with a split column")
+            raise ManifestError(f"manifest {str(path)!r}: {_name('split', split)} needs a CSV manifest with a split "
+                                "column; a JSON manifest has none: drop it")
         rows = []
         for i, (k, v) in enumerate(data.items()):
             if not k.strip() or not v.strip():
@@ -1160,16 +1408,25 @@ def _csv_records(path: Path, text: str) -> Iterator[tuple[int, list[str]]]:
 
 
 def _path_as_written(root: Path, rel: str) -> str:
-    """A manifest path exactly as written if that file exists, else with surrounding whitespace stripped.
+    """The file a manifest path names: as written if that file exists, else the first that exists of:
+    surrounding whitespace stripped, then (where ``/`` is the separator) backslashes read as ``/``.
 
     Spaces after the commas of a CSV (``a.jpg, ok``) are formatting, but a file may really be named
-    `` lead.jpg``: the exact name wins when it exists, the stripped one otherwise (and a file found
-    under neither is reported missing under the stripped name).
+    `` lead.jpg``: the exact name wins when it exists, the stripped one otherwise. A manifest written
+    on Windows separates folders with ``\\`` (``scratch\\img1.jpg``), an ordinary character in a
+    POSIX file name: a file really named so wins, else ``scratch/img1.jpg``. A path found under none
+    of these forms is reported missing under the stripped one, with ``/`` for ``\\``.
     """
+    def exists(p: str) -> bool:
+        return os.path.lexists(p if os.path.isabs(p) else os.path.join(root, p))
+
     stripped = rel.strip()
-    if stripped == rel:
+    forms = [rel] if stripped == rel else [rel, stripped]
+    if os.sep == "/" and "\\" in stripped:
+        forms.append(stripped.replace("\\", "/"))
+    if len(forms) == 1:
         return rel
-    return rel if os.path.lexists(rel if os.path.isabs(rel) else os.path.join(root, rel)) else stripped
+    return next((p for p in forms if exists(p)), forms[-1])
 
 
 def _read_csv_manifest(path: Path, text: str, split: str | None, root: Path | None, path_column: str | None,
@@ -1179,6 +1436,8 @@ def _read_csv_manifest(path: Path, text: str, split: str | None, root: Path | No
     if first is None:
         return []
     line1, head = first
+    second = next(reader, None)
+    reader = itertools.chain([second] if second is not None else [], reader)
     names = [_column_name(c) for c in head]
     asked = {k: v for k, v in (("path_column", path_column), ("label_column", label_column),
                                ("split_column", split_column)) if v is not None}
@@ -1186,27 +1445,41 @@ def _read_csv_manifest(path: Path, text: str, split: str | None, root: Path | No
     def find(wanted: str | None, synonyms: tuple[str, ...], arg: str) -> int | None:
         if wanted is not None:
             if _column_name(wanted) not in names:
-                raise ManifestError(f"{path}: {arg}={wanted!r} is not a column of the header on line {line1} "
+                raise ManifestError(f"{path}: {_name(arg, wanted)} is not a column of the header on line {line1} "
                                     f"(columns: {', '.join(repr(c) for c in head)})")
             return names.index(_column_name(wanted))
         return next((names.index(n) for n in synonyms if n in names), None)
+
+    def is_file_cell(cell: str) -> bool:
+        cell = cell.strip()
+        return _column_name(cell).endswith(JPEG_EXTENSIONS) or (
+            root is not None and bool(cell) and os.path.exists(os.path.join(root, cell)))
 
     p_i, l_i, s_i = (find(path_column, PATH_COLUMNS, "path_column"), find(label_column, LABEL_COLUMNS, "label_column"),
                      find(split_column, SPLIT_COLUMNS, "split_column"))
     looks_like_data = any(_column_name(c).endswith(JPEG_EXTENSIONS) for c in head) or (
         root is not None and bool(head[0].strip()) and os.path.exists(os.path.join(root, head[0].strip())))
     header = bool(asked) or (not looks_like_data and (p_i is not None or l_i is not None))
+    # the columns to name: the data row under the header shows which column holds file names
+    guess_p = p_i if p_i is not None else next(
+        (i for i, c in enumerate(second[1] if second else []) if i < len(head) and is_file_cell(c)), None)
+    others = [i for i in range(len(head)) if i != guess_p and i != s_i]
+    guess_l = l_i if l_i is not None else others[0] if guess_p is not None and len(others) == 1 else None
+    if guess_p is not None and guess_l is not None:
+        columns = f"{_opt('path_column', head[guess_p].strip())} and {_opt('label_column', head[guess_l].strip())}"
+    else:
+        columns = f"{_opt('path_column')} and {_opt('label_column')} naming them"
     accepted = (f"a header needs a path column ({', '.join(PATH_COLUMNS)}) and a label column "
                 f"({', '.join(LABEL_COLUMNS)}), optionally a split column ({', '.join(SPLIT_COLUMNS)}); for other "
-                "names pass path_column= and label_column=")
+                f"names pass {columns}")
     if header:
         if p_i is None or l_i is None:
             missing = "path" if p_i is None else "label"
             raise ManifestError(f"{path}: the header on line {line1} ({', '.join(repr(c) for c in head)}) has no "
                                 f"{missing} column; {accepted}")
         if split is not None and s_i is None:
-            raise ManifestError(f"{path}: split={split!r} was asked but the header on line {line1} has no split column "
-                                f"({', '.join(SPLIT_COLUMNS)}); pass split_column=")
+            raise ManifestError(f"{path}: {_name('split', split)} was asked but the header on line {line1} has no split "
+                                f"column ({', '.join(SPLIT_COLUMNS)}); pass {_opt('split_column')} naming it")
         body, width = reader, len(head)
     else:
         if not looks_like_data:
@@ -1227,7 +1500,7 @@ def _read_csv_manifest(path: Path, text: str, split: str | None, root: Path | No
                                 "empty label would become a class '')")
         if split is not None:
             if s_i >= len(row):
-                raise ManifestError(f"{path}: line {line} has no split column but split={split!r} was asked")
+                raise ManifestError(f"{path}: line {line} has no split column but {_name('split', split)} was asked")
             if row[s_i].strip() != split:
                 continue
         rows.append((f"line {line}", rel, label))

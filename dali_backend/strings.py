@@ -60,7 +60,7 @@ class StringTable(Sequence[str]):
         if i < 0:
             i += n
         if not 0 <= i < n:
-            raise IndexError(f"string index {i} out of range for {n} entries")
+            raise IndexError(f"string index {i} out of range for {n} {'entry' if n == 1 else 'entries'}")
         return self._get(i)
 
     def __iter__(self) -> Iterator[str]:

@@ -49,6 +49,30 @@ def resolve_item(item, default_epoch: int) -> tuple[int, int | None, int, int]:
     return draw.index, None if plain else draw.epoch, draw.epoch, draw.position
 
 
+_ARGUMENTS = ("index", "spec", "seed", "on_error", "cache")
+_SPEC_HOW = ("ImageDataset(index, AugmentSpec(ops=[...])) with operations of dali_backend.transforms, or "
+             "ImageDataset(index, AugmentSpec.from_torchvision(compose)) to translate a torchvision Compose")
+
+
+def _unexpected_arguments(given: dict) -> str:
+    """The ConfigError text for keyword arguments ``ImageDataset`` does not take (torchvision's among them)."""
+    import difflib
+
+    names = sorted(given)
+    if "transform" in given or "transforms" in given:
+        name = "transform" if "transform" in given else "transforms"
+        return (f"ImageDataset: {name}= is torchvision's argument; here the augmentation is the spec, which both "
+                f"backends run with the same parameters: {_SPEC_HOW}")
+    if "target_transform" in given:
+        return ("ImageDataset: target_transform= is not supported: labels are the index's class ids "
+                "(index.classes names them); remap them in your training step, or on every batch with "
+                "DaliLoader(..., batch_transform=fn(images, labels))")
+    close = {n: difflib.get_close_matches(n, _ARGUMENTS, n=1) for n in names}
+    said = ", ".join(f"{n}=" + (f" (did you mean {close[n][0]}=?)" if close[n] else "") for n in names)
+    return (f"ImageDataset got unexpected argument{'s' if len(names) != 1 else ''} {said}; its arguments are "
+            f"{', '.join(_ARGUMENTS)}")
+
+
 class ImageDataset(Dataset):
     """A torch Dataset over a :class:`SampleIndex` that applies an :class:`AugmentSpec`.
 
@@ -66,14 +90,20 @@ class ImageDataset(Dataset):
     """
 
     def __init__(self, index: SampleIndex, spec: AugmentSpec | None = None, seed: int = 0, on_error: OnError = "raise",
-                 cache: bool = False):
+                 cache: bool = False, **unexpected):
+        if unexpected:
+            raise ConfigError(_unexpected_arguments(unexpected))
         if not isinstance(index, SampleIndex):
             raise ConfigError(f"ImageDataset: index must be a SampleIndex, got {type(index).__name__}; "
                               "build one with SampleIndex.from_folder(root)")
         if spec is None:
             spec = AugmentSpec()
         if not isinstance(spec, AugmentSpec):
-            raise ConfigError(f"ImageDataset: spec must be an AugmentSpec, got {type(spec).__name__}")
+            torchvision = type(spec).__module__.split(".")[0] == "torchvision"
+            hint = ("a torchvision transform: translate it with AugmentSpec.from_torchvision(compose)" if torchvision
+                    else "pass AugmentSpec(size=...) (the preset), AugmentSpec(ops=[...]) with operations of "
+                         "dali_backend.transforms, or AugmentSpec.from_torchvision(compose)")
+            raise ConfigError(f"ImageDataset: spec must be an AugmentSpec, got {type(spec).__name__} ({hint})")
         if not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ConfigError(f"ImageDataset: seed={seed!r}; must be a non-negative integer")
         self.index, self.spec, self.seed, self.epoch = index, spec, int(seed), 0

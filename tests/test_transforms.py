@@ -49,7 +49,7 @@ def test_make_params_is_pure_and_matches_its_definition(name, k):
         for q in op.wire:
             assert q.array(p[q.name]).dtype == np.dtype(q.dtype)
     b = [op.make_params(3, 1, pos, (37, 53)) for pos in range(20)]
-    assert all(all(np.array_equal(x[n], y[n]) for n in x) for x, y in zip(a, b))
+    assert all(all(np.array_equal(x[n], y[n]) for n in x) for x, y in zip(a, b, strict=True))
     if op.is_random:
         assert any(any(not np.array_equal(a[0][n], p[n]) for n in p) for p in a[1:])
 
@@ -125,7 +125,7 @@ def test_resize_and_center_crop_sizes_follow_torchvision():
     (lambda: AugmentSpec(ops=[T.ColorJitter(0.1), T.Grayscale(), T.Resize((8, 8))]), "Grayscale must come before"),
     (lambda: AugmentSpec(ops=[T.Resize((8, 8))], rotate_deg=3), "rotate_deg"),
     (lambda: AugmentSpec(ops=[T.Resize((8, 8)), "flip"]), r"ops\[1\]"),
-    (lambda: AugmentSpec(ops=[T.Grayscale(), T.Resize((8, 8)), T.Normalize((0.1, 0.2, 0.3), (1, 1, 1))]), "1 channels"),
+    (lambda: AugmentSpec(ops=[T.Grayscale(), T.Resize((8, 8)), T.Normalize((0.1, 0.2, 0.3), (1, 1, 1))]), "1 channel\\)"),
 ])
 def test_invalid_operations_are_refused_naming_the_argument(make, match):
     with pytest.raises(ConfigError, match=match):
@@ -140,7 +140,9 @@ def test_ops_spec_derives_color_size_channels_dtype_and_eval():
                                                                               "RandomHorizontalFlip"]
     assert dataclasses.replace(spec, dtype="uint8").dtype == "uint8"  # the folded output stage does not conflict
     ev = spec.eval()
-    assert not ev.is_random and [type(o).__name__ for o in ev.ops] == ["Grayscale", "Resize"]
+    assert not ev.is_random and [type(o).__name__ for o in ev.ops] == ["Grayscale", "Resize", "CenterCrop"]
+    assert ev.ops[1] == T.Resize(37) and ev.ops[2] == T.CenterCrop((24, 32))  # 32 / 0.875, torchvision's eval
+    assert (ev.height, ev.width) == (24, 32)
     assert AugmentSpec(ops=[T.CenterCrop(8)]).color == "rgb" and spec.region_crop == 1
 
 
@@ -308,19 +310,30 @@ def test_wrong_argument_types_and_non_finite_numbers_are_config_errors(make, mat
         make()
 
 
+@pytest.mark.parametrize("flips", ["h", "v", "hv"])
 @pytest.mark.parametrize("kind", ["dali-cpu", "torch"])
-def test_flips_of_one_pixel_wide_images_work_on_both_backends(tmp_path, kind):
+def test_flips_of_one_pixel_wide_images_work_on_both_backends(tmp_path, kind, flips):
+    """A 1x10 row and a 10x1 column through RandomHorizontalFlip(1) / RandomVerticalFlip(1): the pixels
+    are the decoded image reversed along the flipped axis (a flip along the axis of length 1 changes
+    nothing), exactly, on both backends; the crop keeps the size fixed without resampling."""
     from conftest import jpeg_bytes, write
 
-    write(tmp_path / "a" / "row.jpg", jpeg_bytes(1, 10, seed=1))
-    write(tmp_path / "a" / "col.jpg", jpeg_bytes(10, 1, seed=2))
-    index = SampleIndex.from_folder(tmp_path, progress=False)
-    spec = AugmentSpec(ops=[T.RandomVerticalFlip(1.0), T.RandomHorizontalFlip(1.0), T.Resize((4, 4)), T.ToDtype("uint8")])
+    write(tmp_path / "row" / "a" / "row.jpg", jpeg_bytes(1, 10, seed=1, color=True))
+    write(tmp_path / "col" / "a" / "col.jpg", jpeg_bytes(10, 1, seed=2, color=True))
     device, backend = ("cpu", "dali") if kind == "dali-cpu" else ("cpu", "torch")
-    loader = DaliLoader(ImageDataset(index, spec), batch_size=2, device=device, backend=backend)
-    (x, y), = list(loader)
-    assert x.shape == (2, 3, 4, 4)
-    loader.close()
+    flip_ops = ([T.RandomHorizontalFlip(1.0)] if "h" in flips else []) + ([T.RandomVerticalFlip(1.0)] if "v" in flips else [])
+    for name, hw in (("row", (1, 10)), ("col", (10, 1))):
+        index = SampleIndex.from_folder(tmp_path / name, progress=False)
+        spec = AugmentSpec(ops=[*flip_ops, T.CenterCrop(hw), T.ToDtype("uint8")])
+        loader = DaliLoader(ImageDataset(index, spec), batch_size=1, device=device, backend=backend)
+        (x, _), = list(loader)
+        loader.close()
+        src = ops.decode((tmp_path / name / "a" / f"{name}.jpg").read_bytes(), "rgb")
+        assert src.shape == (*hw, 3) and len(np.unique(src.reshape(-1, 3), axis=0)) > 3  # varied pixels
+        want = src[:, ::-1] if "h" in flips else src
+        want = want[::-1] if "v" in flips else want
+        assert x.shape == (1, 3, *hw)
+        np.testing.assert_array_equal(x[0].numpy().transpose(1, 2, 0), want, err_msg=f"{name} {flips}")
 
 
 def test_from_torchvision_reports_unreadable_arguments_and_keeps_antialias():

@@ -219,8 +219,9 @@ class Transform:
         """The output size when it is the same for every draw and input (else None)."""
         return size
 
-    def eval(self) -> Transform | None:
-        """The evaluation variant: deterministic (None removes the operation)."""
+    def eval(self) -> Transform | tuple[Transform, ...] | None:
+        """The evaluation variant: deterministic (None removes the operation; a tuple replaces it by
+        several, as ``RandomResizedCrop`` -> ``Resize`` + ``CenterCrop``)."""
         return None if self.is_random else self
 
     def describe(self, params: dict[str, np.ndarray]) -> str:

@@ -2,8 +2,8 @@
 
 Crop windows are drawn in Python as pixel rectangles (``start = (top, left)``, ``shape = (h, w)``);
 both backends cut exactly that rectangle, padding with ``fill`` where it leaves the image, so crops
-and flips agree exactly. Resizing is DALI's antialiased linear filter, reproduced by
-``fallback.ops.resize``.
+and flips agree exactly. Resizing is DALI's antialiased linear filter, reproduced bit for bit (on
+DALI's CPU operators) by ``fallback.ops.resize``.
 """
 
 from __future__ import annotations
@@ -66,15 +66,11 @@ def _dali_resize(images, h, w, antialias: bool = True):
 
 
 def _cpu_resize(img: np.ndarray, h: int, w: int, antialias: bool = True) -> np.ndarray:
+    """:func:`_dali_resize` on the CPU: ``fallback.ops.resize``, bit-exact with DALI's CPU operator
+    (``antialias=False`` too: DALI's plain linear filter, support 2)."""
     from .._own import own
 
-    ops = own("fallback.ops")
-
-    if antialias or (h >= img.shape[0] and w >= img.shape[1]):
-        return ops.resize(img, int(h), int(w))
-    import cv2
-
-    return cv2.resize(img, (int(w), int(h)), interpolation=cv2.INTER_LINEAR)
+    return own("fallback.ops").resize(img, int(h), int(w), antialias=bool(antialias))
 
 
 @dataclass(frozen=True, repr=False)
@@ -85,7 +81,8 @@ class Resize(Transform):
     from the top and left).
 
     Antialiased linear (triangle filter over the source footprint when shrinking; torchvision's
-    ``antialias=True``). ``antialias=False`` (shrinking only): plain bilinear, within 1 level.
+    ``antialias=True``). ``antialias=False``: plain linear (2 taps) when shrinking too. Both equal
+    DALI's CPU ``fn.resize`` bit for bit.
     """
 
     size: int | tuple[int, int]
@@ -323,8 +320,14 @@ class RandomResizedCrop(_Crop):
         ctx.hw = self.size
         return _dali_resize(images, *self.size, antialias=self.antialias)
 
+    EVAL_CROP_RATIO = 0.875  # torchvision's ImageNet evaluation: resize to 256, centre crop 224
+
     def eval(self):
-        return Resize(self.size, antialias=self.antialias)
+        """torchvision's evaluation transform for this recipe: the shorter side resized to
+        ``round(max(h, w) / 0.875)`` (aspect kept: 256 for 224), then the centre ``size`` crop. Not a
+        squash to ``size``: the objects keep the proportions they had in training."""
+        h, w = self.size
+        return (Resize(int(round(max(h, w) / self.EVAL_CROP_RATIO)), antialias=self.antialias), CenterCrop(self.size))
 
 
 class _Flip(Transform):
