@@ -5,8 +5,8 @@
 # otherwise); this script names no index. torch: an env that already has torch keeps it (a CUDA
 # user's build stays). Otherwise a machine with an NVIDIA driver gets the default (CUDA) build, and a
 # machine without one gets the CPU build: torch==TORCH_VERSION (default 2.13.0) from the configured
-# sources, plus the index in TORCH_CPU_INDEX when that is set (a CPU wheel index such as PyTorch's
-# own: its +cpu build then wins). The resolution is checked first, reading metadata only: if it
+# sources plus PyTorch's CPU wheel index when it is reachable (TORCH_CPU_INDEX overrides it; set it
+# empty to use the configured sources alone): its +cpu build then wins. The resolution is checked first, reading metadata only: if it
 # would pull CUDA libraries (nvidia-* packages, gigabytes a CPU machine never uses), the script stops
 # and says to set TORCH_CPU_INDEX or to install torch into the env first.
 # Set DALI_BACKEND_SYSTEM_SITE=1 to create the env with --system-site-packages (reuse a system torch).
@@ -27,8 +27,16 @@ elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; the
   "${pip[@]}" "torch${TORCH_VERSION:+==$TORCH_VERSION}"
 else
   version="${TORCH_VERSION:-2.13.0}"
+  # PyTorch's own CPU wheel index (not a general package registry: it holds torch's +cpu builds), used
+  # when reachable; elsewhere (an offline mirror, a wheel house) pip's configured sources alone.
+  cpu_index="${TORCH_CPU_INDEX-https://download.pytorch.org/whl/cpu}"
+  if [ -n "$cpu_index" ] && ! "$venv/bin/python" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + '/torch/', timeout=5)" "$cpu_index" >/dev/null 2>&1; then
+    echo "bootstrap: $cpu_index is not reachable; using pip's configured sources only"
+    cpu_index=""
+  fi
+  TORCH_CPU_INDEX="$cpu_index"
   extra=()
-  [ -n "${TORCH_CPU_INDEX:-}" ] && extra=(--extra-index-url "$TORCH_CPU_INDEX")
+  [ -n "$cpu_index" ] && extra=(--extra-index-url "$cpu_index")
   echo "bootstrap: no GPU; installing the CPU build of torch $version from pip's configured sources${TORCH_CPU_INDEX:+ and $TORCH_CPU_INDEX}"
   # Resolve without installing (pip >= 22.2; an older pip skips the check): a CUDA build of torch
   # depends on nvidia-* packages.

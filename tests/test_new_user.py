@@ -375,8 +375,13 @@ def test_cli_split_stratify(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------ 12. no hard-coded registry
 def test_bootstrap_names_no_package_index():
+    """PyPI comes from pip's own configuration: never named, never replaced (no --index-url). The only
+    URL is PyTorch's CPU wheel index (torch's +cpu builds, not a general registry), added as an extra
+    index when reachable, so a CPU laptop on plain PyPI does not pull a multi-GB CUDA torch."""
     script = (ROOT / "scripts" / "bootstrap.sh").read_text()
-    assert "://" not in script and "pypi.org" not in script and "download.pytorch.org" not in script
+    assert "pypi.org" not in script and "--index-url" not in script.replace("--extra-index-url", "")
+    urls = [line for line in script.splitlines() if "://" in line and not line.lstrip().startswith("#")]
+    assert len(urls) == 1 and "download.pytorch.org/whl/cpu" in urls[0] and "TORCH_CPU_INDEX-" in urls[0]
     assert "TORCH_CPU_INDEX" in script
     subprocess.run(["bash", "-n", str(ROOT / "scripts" / "bootstrap.sh")], check=True)
 
