@@ -1,8 +1,11 @@
 # The two commands of the README: `make demo` (the main job on built-in synthetic data) and `make test`.
+# `make test` is what CI runs: every test, the slow ones included. `make test-fast` leaves out the tests
+# marked slow (soaks, whole-benchmark runs, fault tests that wait on purpose) for a quick check while
+# working; `make mutants` runs the hand-written mutants of scripts/mutants.py (minutes; on demand).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test test-fast mutants bench clean
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
@@ -14,6 +17,12 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+
+test-fast: install
+	$(PY) -m pytest -q -m "not slow"
+
+mutants: install
+	$(PY) scripts/mutants.py
 
 bench: install
 	$(PY) -m bench

@@ -13,31 +13,71 @@ ROOT = Path(__file__).resolve().parents[1]
 FIELDS = {"name", "images_per_s", "ratio_to_ceiling", "cpu_s_per_image", "peak_rss_mb", "first_batch_s", "rss_growth_pct"}
 
 
-def test_bench_smoke(tmp_path):
+def run_bench(tmp_path, *args: str) -> tuple[dict, subprocess.CompletedProcess]:
+    """``python -m bench`` as a user runs it, on 8 synthetic 64x48 images to 16x16; its JSON document."""
     out = tmp_path / "b.json"
-    proc = subprocess.run([sys.executable, "-m", "bench", "--images", "12", "--source-size", "128x96", "--size", "32x32",
-                           "--epochs", "1", "--batch-size", "4", "--workers", "2", "--cache", str(tmp_path / "cache"),
-                           "--breakdown", "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "bench", "--images", "8", "--source-size", "64x48", "--size", "16x16",
+                           "--epochs", "1", "--batch-size", "4", "--workers", "1", "--cache", str(tmp_path / "cache"),
+                           "--json", str(out), *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    data = json.loads(out.read_text())
+    return json.loads(out.read_text()), proc
+
+
+@pytest.mark.slow
+def test_bench_smoke(tmp_path):
+    """One tiny contender (the fallback; the ceiling always runs) end to end: table, JSON fields, chart."""
+    data, proc = run_bench(tmp_path, "--only", "fallback", "--breakdown")
+    assert data["complete"] is True
+    assert [r["name"] for r in data["results"]] == ["ceiling", "fallback"]
+    for r in data["results"]:
+        assert FIELDS <= r.keys() and r["images_per_s"] > 0 and len(r["epoch_images_per_s"]) == 1
+        assert "ratio_to_reference" not in r  # no reference ran: no ratio to it
+    assert data["results"][0]["ratio_to_ceiling"] == 1.0 and data["results"][1]["ratio_to_ceiling"] > 0
     stages = data["machine"]["stages_ms_per_image"]
     assert set(stages) == {"read", "decode", "clahe", "resize", "rotate", "jitter", "normalize"}
-    dali_stages = data["machine"]["dali_stages_ms_per_image"]
-    assert list(dali_stages) == ["framework", "decode", "clahe", "resize", "rotate", "jitter"]
-    assert set(data["machine"]["loader_own_ms_per_image"]) >= {"fallback", "dali-cpu"}
-    dali = next(r for r in data["results"] if r["name"] == "dali-cpu")
-    assert 0 < dali["dali_operators_cpu_s_per_image"] < dali["cpu_s_per_image"]  # its operator threads were found
+    assert set(data["machine"]["loader_own_ms_per_image"]) == {"fallback"}
+    assert "dali_stages_ms_per_image" not in data["machine"]  # only with the dali-cpu contender
     assert data["machine"]["memory_sample_interval_s"] > 0
+    assert data["machine"]["cores"] >= 1 and data["machine"]["data"]["images"] == 8
+    assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+    assert "img/s" in proc.stdout
+
+
+@pytest.mark.slow
+def test_the_dali_contender_finds_its_operator_threads_and_its_stages(tmp_path):
+    """The dali-cpu contender alone (the child process the benchmark starts for it), and DALI's stage
+    breakdown in this process: the loader's own CPU is read against its operator threads' CPU."""
+    from bench.contenders import dali_stage_breakdown
+    from dali_backend import SampleIndex
+    from dali_backend.synthetic import generate_defect_dataset
+
+    root = generate_defect_dataset(tmp_path / "data", n=8, size=(64, 48), seed=0, progress=False)
+    index = SampleIndex.from_folder(root, progress=False)
+    index.save(tmp_path / "i.npz")
+    child = "import sys; from dali_backend._own import own; sys.exit(own('bench.__main__').main(sys.argv[1:]))"
+    proc = subprocess.run([sys.executable, "-c", child, "--one", "dali-cpu", "--index", str(tmp_path / "i.npz"),
+                           "--size", "16x16", "--epochs", "1", "--batch-size", "4", "--workers", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dali = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert dali["name"] == "dali-cpu" and FIELDS - {"ratio_to_ceiling"} <= dali.keys() and dali["images_per_s"] > 0
+    assert 0 < dali["dali_operators_cpu_s_per_image"] < dali["cpu_s_per_image"]  # its operator threads were found
+    stages = dali_stage_breakdown(index, (16, 16), images=8, batch_size=4, threads=1, repeats=1)
+    assert list(stages) == ["framework", "decode", "clahe", "resize", "rotate", "jitter"]
+
+
+@pytest.mark.slow
+def test_bench_every_contender_end_to_end(tmp_path):
+    """Every contender this machine can run, in order (one process each: ~14 s): each one works, and the
+    reference's ratio and overhead are given to the loaders of the preset's contract only. The JSON
+    fields, the breakdown and the chart are the two tests above's."""
+    data, _ = run_bench(tmp_path, "--no-plot")
     names = [r["name"] for r in data["results"]]
     assert names[:5] == ["ceiling", "reference", "tutorial", "fallback", "dali-cpu"]
     for r in data["results"]:
         assert FIELDS <= r.keys() and r["images_per_s"] > 0
         # the reference and its overhead compare loaders of the same contract (the preset) only
         assert ({"ratio_to_reference", "overhead_ms_per_image"} <= r.keys()) == (r["name"] in ("fallback", "dali-cpu"))
-    assert data["results"][0]["ratio_to_ceiling"] == 1.0
-    assert data["machine"]["cores"] >= 1 and data["machine"]["data"]["images"] == 12
-    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
-    assert "img/s" in proc.stdout
 
 
 def test_gpu_check_script_parses_and_its_probe_runs_on_the_cpu(tmp_path):
@@ -79,14 +119,16 @@ def _is_png(path: Path) -> bool:
     return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and cv2.imread(str(path)) is not None
 
 
-def test_bench_several_source_sizes_writes_json_and_charts(tmp_path):
-    """--source-sizes: one run per size (JSON + throughput chart each), a combined JSON and the ratio chart."""
+@pytest.mark.slow
+def test_bench_several_source_sizes_writes_json_and_charts(tmp_path, capsys):
+    """--source-sizes: one run per size (JSON + throughput chart each), a combined JSON and the ratio chart.
+    The parent runs in this process; its 4 contender processes make it slow (~8 s)."""
+    from bench.__main__ import main
+
     out = tmp_path / "b.json"
-    proc = subprocess.run([sys.executable, "-m", "bench", "--images", "8", "--source-sizes", "64x48,128x96", "--size", "32x32",
-                           "--epochs", "2", "--batch-size", "4", "--workers", "1", "--only", "fallback",
-                           "--cache", str(tmp_path / "cache"), "--json", str(out)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    rc = main(["--images", "8", "--source-sizes", "64x48,128x96", "--size", "32x32", "--epochs", "2", "--batch-size", "4",
+               "--workers", "1", "--only", "fallback", "--cache", str(tmp_path / "cache"), "--json", str(out)])
+    assert rc == 0, capsys.readouterr().err[-2000:]
     runs = json.loads(out.read_text())["runs"]
     assert [r["source_size"] for r in runs] == [[64, 48], [128, 96]]
     for w, h in ((64, 48), (128, 96)):

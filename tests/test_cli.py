@@ -36,13 +36,22 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
     return rc, out.out, out.err
 
 
-def test_help_lists_subcommands():
-    out = subprocess.run([sys.executable, "-m", "dali_backend", "--help"], capture_output=True, text=True, check=True)
+def test_help_lists_subcommands(capsys):
+    """In this process (``main`` is what ``python -m dali_backend`` and the console script call)."""
+    rc, out, _ = run_cli(["--help"], capsys)
+    assert rc == 0
     for cmd in ("demo", "index", "split", "preview", "bench"):
-        assert cmd in out.stdout
-    for cmd in ("demo", "index", "split", "preview"):
-        sub = subprocess.run([sys.executable, "-m", "dali_backend", cmd, "--help"], capture_output=True, text=True, check=True)
-        assert "usage" in sub.stdout
+        assert cmd in out
+    for cmd in ("demo", "index", "split", "preview", "bench"):
+        rc, sub, _ = run_cli([cmd, "--help"], capsys)
+        assert rc == 0 and sub.startswith("usage") and cmd in sub.splitlines()[0], sub[:200]
+
+
+def test_the_module_entry_point_runs_main():
+    """``python -m dali_backend`` reaches ``main`` (one process: the help texts are checked in-process above)."""
+    out = subprocess.run([sys.executable, "-m", "dali_backend", "--help"], capture_output=True, text=True, check=True,
+                         cwd=ROOT)
+    assert out.stdout.startswith("usage") and "preview" in out.stdout
 
 
 def test_demo_prints_throughput_and_writes_preview(tmp_path, capsys):
@@ -228,11 +237,18 @@ def test_preview_original_is_letterboxed_not_stretched():
     assert (tile[:8] == 48).all() and (tile[-8:] == 48).all() and (tile[8:56] == 255).all()
 
 
-def test_bench_subcommand_uses_the_same_parser():
-    for cmd in ([sys.executable, "-m", "dali_backend", "bench", "--help"], [sys.executable, "-m", "bench", "--help"]):
-        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-        assert out.returncode == 0 and "--images" in out.stdout and "--source-sizes" in out.stdout
-        assert "--no-check" in out.stdout and "-v, --verbose" in out.stdout
+def test_bench_subcommand_uses_the_same_parser(capsys):
+    """``dali-backend bench`` and ``python -m bench`` (its ``main``, in this process) offer the same arguments."""
+    from bench.__main__ import main as bench_main
+
+    for run in (lambda: main(["bench", "--help"]), lambda: bench_main(["--help"])):
+        try:
+            rc = run()
+        except SystemExit as e:
+            rc = e.code
+        out = capsys.readouterr().out
+        assert rc == 0 and "--images" in out and "--source-sizes" in out
+        assert "--no-check" in out and "-v, --verbose" in out
 
 
 def test_preview_with_an_operation_list_shows_each_tiles_parameters(tmp_path, small_root, capsys, monkeypatch):

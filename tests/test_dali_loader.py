@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sys
 
@@ -13,9 +12,10 @@ from torch.utils.data import DataLoader
 
 from bench.equivalence import compare_end_to_end, compare_operations, over_bound
 from conftest import needs_cuda
-from dali_backend import (AugmentSpec, AugParams, BadImageError, ConfigError, DaliLoader, MissingDependencyError, SampleIndex,
+from dali_backend import (AugmentSpec, BadImageError, ConfigError, DaliLoader, MissingDependencyError, SampleIndex,
                           WeightedSampler)
-from fallback import FallbackLoader, ImageDataset, ops
+from fallback import FallbackLoader, ImageDataset
+from levels import PRESET_MAX_LEVELS, assert_within_tolerance
 
 BACKENDS = ["dali-cpu", "torch", pytest.param("dali-gpu", marks=[pytest.mark.cuda, needs_cuda])]
 
@@ -34,13 +34,24 @@ def ds(defect_index):
 
 # ----------------------------------------------------------------------------------- backend choice
 def test_auto_without_cuda_falls_back_with_one_log_line(ds, caplog, monkeypatch):
+    """device='auto' without CUDA: the torch backend, said in one WARNING line (and a FallbackWarning, once
+    per process: tests/test_reliability_loader.py); an explicit device and backend is an INFO line."""
+    from dali_backend import FallbackWarning
+    from dali_backend import loader as mod
+
+    monkeypatch.setattr(mod, "_ANNOUNCED", set())  # as in a fresh process
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-    with caplog.at_level(logging.INFO, logger="dali_backend"):
+    with caplog.at_level(logging.INFO, logger="dali_backend"), pytest.warns(FallbackWarning):
         loader = DaliLoader(ds, batch_size=4)
     assert loader.backend == "torch"
     lines = [r.getMessage() for r in caplog.records if "DaliLoader" in r.getMessage()]
-    assert lines == ["DaliLoader: backend torch (CUDA is not available)"]
-    assert DaliLoader(ds, backend="dali").backend == "dali-cpu"
+    assert len(lines) == 1 and lines[0].startswith("DaliLoader: not on the GPU: running torch because CUDA is not "
+                                                   "available"), lines
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="dali_backend"):
+        assert DaliLoader(ds, backend="dali", device="cpu").backend == "dali-cpu"
+    assert [r.getMessage() for r in caplog.records if "DaliLoader" in r.getMessage()] == [
+        "DaliLoader: backend dali-cpu (device='cpu', backend='dali' was requested)"]
 
 
 def test_explicit_choices_and_errors(ds, monkeypatch):
@@ -102,9 +113,12 @@ def test_break_mid_epoch_then_continue_exactly(ds, kind):
         ref.set_epoch(epoch)
         got, want = list(loader), list(ref)
         assert len(got) == len(want) == 15
-        for (xa, ya), (xb, yb) in zip(got, want):
+        for (xa, ya), (xb, yb) in zip(got, want, strict=True):
             assert torch.equal(ya.cpu(), yb)
-            assert (xa.cpu() - xb).abs().max() < 0.1  # at most a couple of levels after normalising
+        if kind == "torch":
+            assert all(torch.equal(xa, xb) for (xa, _), (xb, _) in zip(got, want, strict=True))
+        elif kind == "dali-cpu":  # in uint8 levels: the published tolerance (the GPU's is the GPU check's)
+            assert_within_tolerance([x for x, _ in got], [x for x, _ in want], ds.spec, PRESET_MAX_LEVELS)
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
@@ -233,19 +247,42 @@ def test_training_loop_runs_unchanged_with_daliloader_swapped_in(ds):
     np.testing.assert_allclose(with_dali, with_dataloader, rtol=1e-3, atol=1e-4)  # same samples, same pixels
 
 
+@pytest.mark.slow
 def test_spawned_reader_workers(ds):
     """CUDA initialised before the loader means spawn instead of fork: the schedule must cross a pickle."""
     sampler = WeightedSampler(ds.index, num_samples=20, seed=8)
     with DaliLoader(ds, batch_size=8, sampler=sampler, device="cpu", backend="dali", py_start_method="spawn") as loader:
         got = [y for _, y in loader]
     want = [y for _, y in FallbackLoader(ds, batch_size=8, sampler=sampler)]
-    assert len(got) == 3 and all(torch.equal(a, b) for a, b in zip(got, want))
+    assert len(got) == 3 and all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
 
 
-def test_letterbox_keeps_aspect_and_pads_centred():
-    spec = AugmentSpec(size=(64, 80), fit="letterbox", clahe=None).eval()
+@pytest.mark.parametrize("kind", ["torch", "dali-cpu"])
+def test_letterbox_keeps_aspect_and_pads_centred(tmp_path, kind):
+    """The preset's letterbox through the loaders (``Resize(letterbox=True)`` on both backends): 100x33
+    in 64x80 is resized to 64x21 and placed ``ceil(59 / 2) = 30`` columns from the left; 33x100 in 80x64
+    to 21x64, ``ceil(59 / 2) = 30`` rows from the top."""
+    import cv2
+
+    from conftest import write
+
+    spec = AugmentSpec(size=(64, 80), fit="letterbox", clahe=None, dtype="uint8").eval()
     assert spec.letterbox_size(120, 160) == (60, 80) and spec.letterbox_size(100, 33) == (64, 21)
     assert spec.letterbox_size(3, 1000) == (1, 80) and spec.letterbox_size(1, 1) == (64, 64)
-    out = ops.augment(np.full((100, 33), 200, np.uint8), spec, AugParams(0.0, 1.0, 1.0))[0]
-    cols = np.flatnonzero(out.max(axis=0))
-    assert cols[0] == 30 and cols[-1] == 50 and out[:, 30:51].min() == 200  # 21 columns, (59 + 1) // 2 from the left
+    assert spec.letterbox_size(1000, 13) == (64, 1) and spec.letterbox_size(10, 31) == (26, 80)  # 25.8 -> 26
+    assert spec.letterbox_size(40, 61) == (52, 80) and spec.letterbox_size(66, 101) == (52, 80)  # 52.46, 52.27
+    tall = np.full((100, 33, 3), 200, np.uint8)
+    wide = np.full((64, 195, 3), 100, np.uint8)  # 64x80 holds it as 26x80: ceil(38 / 2) = 19 rows from the top
+    write(tmp_path / "a" / "tall.jpg", cv2.imencode(".jpg", tall, [cv2.IMWRITE_JPEG_QUALITY, 100])[1].tobytes())
+    write(tmp_path / "a" / "wide.jpg", cv2.imencode(".jpg", wide, [cv2.IMWRITE_JPEG_QUALITY, 100])[1].tobytes())
+    index = SampleIndex.from_folder(tmp_path, progress=False)
+    assert list(index.paths) == ["a/tall.jpg", "a/wide.jpg"]
+    loader = make_loader(kind, ImageDataset(index, spec), batch_size=2)
+    (x, _), = list(loader)
+    loader.close()
+    tall_out, wide_out = x[0, 0].numpy(), x[1, 0].numpy()
+    cols = np.flatnonzero(tall_out.max(axis=0))
+    assert cols[0] == 30 and cols[-1] == 50 and tall_out[:, 30:51].min() == 200  # 21 columns, (59 + 1) // 2 from the left
+    assert tall_out[:, :30].max() == 0 and tall_out[:, 51:].max() == 0
+    rows = np.flatnonzero(wide_out.max(axis=1))
+    assert rows[0] == 19 and rows[-1] == 44 and wide_out[19:45].min() == 100  # 26 rows, (38 + 1) // 2 from the top

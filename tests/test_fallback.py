@@ -10,7 +10,6 @@ from torch.utils.data import DataLoader
 
 from conftest import jpeg_bytes, write
 from dali_backend import AugmentSpec, BadImageError, Draw, SampleIndex, WeightedSampler
-from dali_backend.augment import AugParams
 from fallback import FallbackLoader, ImageDataset, ops
 
 
@@ -47,7 +46,7 @@ def test_batches_identical_for_0_and_2_workers(defect_index, loader_kind):
 
     a, b = run(0), run(2)
     assert len(a) == len(b) == 5
-    for (xa, ya), (xb, yb) in zip(a, b):
+    for (xa, ya), (xb, yb) in zip(a, b, strict=True):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
 
 
@@ -56,8 +55,8 @@ def test_tuned_loader_equals_plain_dataloader(defect_index):
     s = WeightedSampler(defect_index, num_samples=20, seed=9)
     plain = list(DataLoader(ds, batch_size=6, sampler=s))
     tuned = FallbackLoader(ds, batch_size=6, sampler=s)
-    assert len(tuned) == 4
-    for (xa, ya), (xb, yb) in zip(plain, tuned):
+    assert len(tuned) == len(plain) == 4
+    for (xa, ya), (xb, yb) in zip(plain, tuned, strict=True):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
     assert len(FallbackLoader(ds, batch_size=6, sampler=s, drop_last=True)) == 3
 
@@ -106,22 +105,47 @@ def test_resize_replicates_the_border():
     assert out[:, 0].tolist() == [85] * 20 and out[:, 1:].max() == 0
 
 
-def test_rotation_and_jitter_semantics():
-    img = np.zeros((9, 9), np.uint8)
-    img[4, 6] = 200
-    rot = ops.rotate(img, 90.0)  # counter-clockwise: right of centre moves up
-    assert np.unravel_index(rot.argmax(), rot.shape) == (2, 4)
-    assert ops.rotate(img, 0.0) is img
-    lut = ops.jitter_lut(1.1, 0.9)
-    x = np.arange(256, dtype=np.float64)
-    np.testing.assert_array_equal(lut, np.clip(np.floor(1.1 * (128 + 0.9 * (x - 128)) + 0.5), 0, 255))
-    assert ops.jitter_lut(1.0, 1.5)[129] == 130  # 129.5 rounds up (DALI), not to even
+@pytest.mark.parametrize("backend", ["fallback", "dali-cpu"])
+def test_rotation_is_counter_clockwise_about_the_pixel_centre(backend):
+    """``RandomRotation``, the operation both loaders run (``apply`` on the fallback, its DALI fragment on
+    the DALI backend): +90 degrees turns counter-clockwise (right of centre moves up) about the centre
+    of the middle pixel ``((w - 1) / 2, (h - 1) / 2)``, so a lone pixel lands on a pixel, undivided."""
+    from bench.equivalence import run_transform_dali
+    from dali_backend.transforms import RandomRotation
+
+    op = RandomRotation((90.0, 90.0))
+    for h, w, src, dst in ((9, 9, (4, 6), (2, 4)), (7, 11, (3, 7), (1, 5)), (8, 8, (3, 6), (1, 3))):
+        img = np.zeros((h, w), np.uint8)
+        img[src] = 200
+        params = op.make_params(0, 0, 0, (h, w))
+        assert float(params["angle"]) == 90.0
+        rot = op.apply(img, params) if backend == "fallback" else run_transform_dali(op, [img], [params])[0]
+        assert rot.shape == (h, w) and rot[dst] == 200 and rot.sum() == 200, (h, w, np.argwhere(rot))
+    assert op.apply(img, {"angle": np.float32(0.0)}) is img
 
 
-def test_augment_identity_when_no_randomness():
+def test_jitter_is_the_documented_formula_rounded_half_up():
+    """``ColorJitter.apply`` (what the fallback runs for the preset's jitter): the table is
+    ``b * (128 + c * (x - 128))`` rounded half up and clipped; exact binary factors make many levels ties."""
+    from dali_backend.transforms import ColorJitter
+
+    x = np.arange(256, dtype=np.uint8)[None, :]
+    for b, c in ((1.1, 0.9), (1.0, 1.5), (1.0, 0.5), (0.5, 1.0), (1.25, 0.75)):  # the last four tie often
+        op = ColorJitter(brightness=(b, b), contrast=(c, c))
+        got = op.apply(x, op.make_params(0, 0, 0, x.shape))[0]
+        want = np.clip(np.floor(np.float32(b) * (128 + np.float32(c) * (x[0].astype(np.float64) - 128)) + 0.5), 0, 255)
+        np.testing.assert_array_equal(got, want, err_msg=f"b={b} c={c}")
+    tie = ColorJitter(contrast=(1.5, 1.5))
+    assert tie.apply(x, tie.make_params(0, 0, 0, x.shape))[0, 129] == 130  # 129.5 rounds up (DALI's CPU), not to even
+    assert tie.apply(x, tie.make_params(0, 0, 0, x.shape))[0, 127] == 127  # 126.5 rounds up too
+
+
+def test_the_preset_without_randomness_is_the_identity_at_its_own_size():
+    """``apply_spec`` (what ``ImageDataset`` runs) with the preset's evaluation variant and no CLAHE."""
     img = np.random.default_rng(0).integers(0, 256, (32, 32), dtype=np.uint8)
-    spec = AugmentSpec(size=32, clahe=None)
-    np.testing.assert_array_equal(ops.augment(img, spec, AugParams(0.0, 1.0, 1.0))[0], img)
+    spec = AugmentSpec(size=32, clahe=None).eval()
+    assert not spec.is_random
+    np.testing.assert_array_equal(ops.apply_spec(img, spec, spec.make_params(0, 0, 0, img.shape))[0], img)
 
 
 @pytest.mark.parametrize("src, dst", [((480, 640), (224, 224)), ((1536, 2048), (256, 256)), ((240, 320), (224, 224)),

@@ -64,6 +64,29 @@ def test_outputs_are_released_oldest_first_and_only_when_complete(handoff):
     assert len(handoff) == 1
 
 
+def test_what_is_held_is_the_producers_memory_and_it_is_freed_after_the_copy(handoff):
+    """The bookkeeping holds DALI's own output objects (not the copies handed out): they stay alive while
+    the copy may still read them, and nothing keeps them once it has run."""
+    import gc
+    import weakref
+
+    dali = {"images": torch.empty(2, 3, 4, 4, dtype=torch.uint8, device="meta")}
+    producer = weakref.ref(dali["images"])
+    got = handoff.take(dali, stream=object())
+    del dali
+    gc.collect()
+    assert producer() is not None, "DALI's buffer was let go before the copy ran"
+    assert got["images"] is not producer()
+    copy = weakref.ref(got["images"])
+    del got
+    gc.collect()
+    assert copy() is None, "the handoff keeps the copy it handed out"
+    FakeEvent.made[0].done = True
+    assert handoff.release_finished() == 1
+    gc.collect()
+    assert producer() is None, "DALI's buffer is still held after its copy ran"
+
+
 def test_drain_waits_for_every_copy(handoff):
     for _ in range(2):
         handoff.take({"images": torch.empty(1, device="meta")}, stream=object())

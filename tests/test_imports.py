@@ -7,6 +7,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -69,6 +71,7 @@ def test_module_graph_is_acyclic():
             visit(m, [m])
 
 
+@pytest.mark.slow
 def test_users_own_fallback_and_bench_modules_do_not_break_the_library(tmp_path, defect_root):
     """A user's fallback.py / bench.py beside their script shadows ours on sys.path; the library still works."""
     (tmp_path / "fallback.py").write_text("raise ImportError('the user fallback.py was imported')\n")

@@ -57,7 +57,7 @@ def test_from_folder_accepts_good_and_rejects_bad_with_reasons(messy_root, caplo
     assert sorted(index.paths) == sorted([
         "dent/d0.jpg", "normal/n0.jpg", "normal/n1.jpg", "normal/n2.jpg", "normal/nested/deeper/n_deep.JPG",
         "scratch/fill.jpg", "scratch/s0.JPEG", "scratch/trailing.jpg"])
-    labels = {p: index.classes[lab] for p, lab in zip(index.paths, index.labels)}
+    labels = {p: index.classes[lab] for p, lab in zip(index.paths, index.labels, strict=True)}
     assert labels["normal/nested/deeper/n_deep.JPG"] == "normal" and labels["dent/d0.jpg"] == "dent"
     rejected = {r.path: r.reason for r in index.rejected}
     for name, (_, reason) in BAD_FILES.items():
@@ -220,7 +220,7 @@ def test_keyword_labelling(tmp_path):
     for i, rel in enumerate(files):
         write(raw / rel, jpeg_bytes(seed=i))
     index = SampleIndex.from_keywords(raw)
-    got = {p: index.classes[lab] for p, lab in zip(index.paths, index.labels)}
+    got = {p: index.classes[lab] for p, lab in zip(index.paths, index.labels, strict=True)}
     assert got == {k: v for k, v in files.items() if v}
     reasons = {r.path: r.reason for r in index.rejected}
     assert "no keyword matched" in reasons["batch3/token.jpg"]

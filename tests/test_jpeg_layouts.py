@@ -212,7 +212,7 @@ def test_accepted_exif_layouts_decode_alike_at_the_size_decoded_size_says(tmp_pa
     index = index_of(tmp_path, {name: data for name, (data, _) in ACCEPTED.items()}, verify="decode")
     assert not index.rejected and len(index) == len(ACCEPTED)
     datas = [data for data, _ in ACCEPTED.values()]
-    for (name, (data, orientation)), dali in zip(ACCEPTED.items(), dali_decode(datas, color)):
+    for (name, (data, orientation)), dali in zip(ACCEPTED.items(), dali_decode(datas, color), strict=True):
         ref = cv_decode(data, color)
         assert dali.shape[:2] == turned(orientation), name
         np.testing.assert_array_equal(dali, ref, err_msg=name)
@@ -234,7 +234,7 @@ def test_disagreeing_exif_segments_are_refused_naming_the_file(tmp_path, verify)
 def test_disagreeing_exif_segments_really_decode_differently():
     """What the refusal rests on: OpenCV applies the first orientation tag, DALI the last."""
     datas = [data for data, _, _ in DISAGREEING.values()]
-    for (name, (data, first, last)), dali in zip(DISAGREEING.items(), dali_decode(datas, "rgb")):
+    for (name, (data, first, last)), dali in zip(DISAGREEING.items(), dali_decode(datas, "rgb"), strict=True):
         assert cv_decode(data, "rgb").shape[:2] == turned(first), name
         assert dali.shape[:2] == turned(last), name
 
@@ -369,7 +369,7 @@ def test_accepted_frame_types_decode_alike(tmp_path, color):
     index = index_of(tmp_path, {n: d for n, d in ACCEPTED_FRAMES.items() if not n.startswith("arithmetic")}, "decode")
     assert not index.rejected
     datas = list(ACCEPTED_FRAMES.values())
-    for (name, data), dali in zip(ACCEPTED_FRAMES.items(), dali_decode(datas, color)):
+    for (name, data), dali in zip(ACCEPTED_FRAMES.items(), dali_decode(datas, color), strict=True):
         assert check_jpeg_bytes(data).ok, name
         np.testing.assert_array_equal(dali, cv_decode(data, color), err_msg=name)
         assert decoded_size(data) == dali.shape[:2], name

@@ -11,7 +11,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -20,6 +19,7 @@ from conftest import jpeg_bytes, write
 from corpus import ACCEPTED, build_corpus
 from dali_backend import AugmentSpec, BadImageError, ConfigError, DaliLoader, SampleIndex, WeightedSampler
 from fallback import ImageDataset
+from levels import PRESET_MAX_LEVELS, assert_within_tolerance
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = {"dali-cpu": dict(device="cpu", backend="dali"), "torch": dict(device="cpu", backend="torch")}
@@ -98,9 +98,10 @@ def test_on_error_skip_replaces_identically_on_both_backends(damaged, caplog):
     for bad, replacement in sa["skipped_files"]:
         assert os.path.dirname(bad) == os.path.dirname(replacement)  # same class
         assert bad.endswith(("a/02.jpg", "b/09.jpg"))
-    for (xa, ya), (xb, yb) in zip(ba, bb):
+    assert len(ba) == 5
+    for (xa, ya), (xb, yb) in zip(ba, bb, strict=True):
         assert torch.equal(ya, yb)
-        assert (xa.int() - xb.int()).abs().max() <= 2
+    assert_within_tolerance([x for x, _ in ba], [x for x, _ in bb], ds.spec, PRESET_MAX_LEVELS)  # uint8 levels
     assert sa["accounted"] == sa["draws"] == 24
 
 
@@ -155,7 +156,7 @@ def test_exact_resumption_mid_epoch_and_at_boundaries(ds, kind, workers):
         resumed.set_epoch(epoch)  # a training loop calls this again: the resumption stays pending
         rest = _batches(resumed)
         assert len(taken) + len(rest) == len(full[epoch])
-        for (xa, ya), (xb, yb) in zip(taken + rest, full[epoch]):
+        for (xa, ya), (xb, yb) in zip(taken + rest, full[epoch], strict=True):
             assert torch.equal(ya, yb) and torch.equal(xa, xb)  # 0 missing, 0 duplicated, same order and pixels
         st = resumed.stats()
         assert st["resumed"] == min(cut * 4, 30) and st["accounted"] == st["draws"]
@@ -200,6 +201,7 @@ KILL_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["torch", "dali"])
 def test_killed_worker_gives_error_within_10_s(defect_root, backend, tmp_path):
     script = tmp_path / "kill_worker.py"  # a file, so that workers' command lines do not hold the script text
@@ -219,6 +221,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_ranks_partition_the_draw_identically_on_both_backends(defect_root, tmp_path):
     port = _free_port()
     procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "dist_helper.py"), str(r), "2", str(defect_root),
@@ -243,22 +246,78 @@ def test_two_ranks_partition_the_draw_identically_on_both_backends(defect_root, 
 
 
 # ------------------------------------------------------------------------------------ memory
-@pytest.mark.parametrize("kind", KINDS)
-def test_memory_flat_over_10_epochs(defect_index, kind):
-    """Process-tree memory (PSS) after epoch 10 within 5% of after epoch 1 (the bench measures it at size)."""
-    from bench.measure import tree_rss_mb
+MEMORY_SCRIPT = textwrap.dedent("""
+    import gc, json, sys
+    sys.path.insert(0, {tests!r})
+    from bench.measure import process_tree, tree_rss_mb
+    from dali_backend import AugmentSpec, DaliLoader, SampleIndex, WeightedSampler
+    from dali_backend.synthetic import generate_defect_dataset
+    from fallback import ImageDataset
 
-    ds = ImageDataset(defect_index, AugmentSpec(size=128), seed=0)
-    with DaliLoader(ds, batch_size=8, num_workers=2, sampler=WeightedSampler(defect_index, num_samples=120),
-                    **KINDS[kind]) as loader:
-        after = []
+    def anonymous_mb():
+        # Pss_Anon + Pss_Shmem summed over the process tree: heap, mmap and shared memory, each page
+        # split between the processes of the tree that map it. Library code (file pages) is left out:
+        # its PSS moves whenever any other process on the machine maps or unmaps torch or DALI.
+        total = 0
+        for pid in process_tree():
+            try:
+                with open(f"/proc/{{pid}}/smaps_rollup") as f:
+                    fields = dict(line.split(":", 1) for line in f.read().splitlines()[1:])  # after the header
+                total += sum(int(fields[k].split()[0]) for k in ("Pss_Anon", "Pss_Shmem")) * 1024
+            except (OSError, KeyError, ValueError):
+                return None  # no smaps_rollup with these fields (not Linux >= 5.14, or a process gone)
+        return total / 1e6
+
+    root = generate_defect_dataset({root!r}, n=60, size=(160, 120), seed=3, progress=False)
+    index = SampleIndex.from_folder(root, progress=False)
+    ds = ImageDataset(index, AugmentSpec(size=128), seed=0)
+    anon, pss = [], []
+    with DaliLoader(ds, batch_size=8, num_workers=2, sampler=WeightedSampler(index, num_samples=120), device="cpu",
+                    backend={backend!r}) as loader:
         for epoch in range(10):
             loader.set_epoch(epoch)
             for _ in loader:
                 pass
-            after.append(tree_rss_mb())
-    growth = (after[-1] - after[0]) / after[0] * 100
-    assert growth < 5, [round(a) for a in after]
+            gc.collect()
+            anon.append(anonymous_mb())
+            pss.append(tree_rss_mb())
+    print("MEMORY", json.dumps({{"anon": None if None in anon else anon, "pss": pss}}), flush=True)
+""")
+MEMORY_WARMUP_EPOCHS = 3
+MEMORY_GROWTH_PCT = 2.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+def test_memory_flat_over_10_epochs(kind, tmp_path):
+    """The loader's memory flat over 10 epochs once warm: after epoch 10 within 2 % of after epoch 3.
+
+    What is measured, and why: the anonymous and shared memory (``Pss_Anon + Pss_Shmem``) of a fresh
+    child process's tree, after a garbage collection each epoch. The old test (process-tree PSS of the
+    pytest process, epoch 1 -> 10 within 5 %) failed in full-suite runs at 5.5-5.6 % while passing alone.
+    Measured, three things moved that figure that are not the loader's: (1) the tree held other tests'
+    loader workers until the collector ended them, and the PSS of the pages they shared moved to the
+    processes left; (2) Python's collector, touching object headers on pages shared with the forked
+    workers, unshared them (copy on write: +43 MB at the first collection with a DALI loader); (3) PSS
+    of library code (torch, DALI, OpenCV) is split with every other process on the machine that maps the
+    same files, so it moves when other test processes start or end (the same DALI loader's tree: 425 MB
+    alone, 303-321 MB beside such processes, +2.4 % within one run). A fresh child, a collection before each
+    reading and anonymous memory only remove all three. 5 runs per backend on a busy 2-core machine
+    (a CPU burner and processes importing torch and DALI coming and going), epoch 3 -> 10: dali-cpu
+    +0.31 to +0.58 % (258 MB), torch +0.28 to +0.80 % (225 MB). A loader keeping every batch it yields
+    grows ~24 MB an epoch: +51 % (dali-cpu) and +57 % (torch) over the same 7 epochs.
+    """
+    script = tmp_path / "memory.py"
+    script.write_text(MEMORY_SCRIPT.format(tests=str(ROOT / "tests"), root=str(tmp_path / "data"),
+                                           backend=KINDS[kind]["backend"]))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    memory = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("MEMORY"))[6:])
+    after = memory["anon"] or memory["pss"]  # PSS only where the kernel has no smaps_rollup (noisier)
+    assert len(after) == 10
+    warm = after[MEMORY_WARMUP_EPOCHS - 1]
+    growth = (after[-1] - warm) / warm * 100
+    assert growth < MEMORY_GROWTH_PCT, (round(growth, 2), [round(a, 1) for a in after])
 
 
 # ------------------------------------------------------------------------------------ cache
@@ -276,4 +335,5 @@ def test_in_memory_cache_gives_the_same_batches_and_survives_file_loss(tmp_path,
     for path in tmp_path.rglob("*.jpg"):
         path.unlink()  # served from memory now
     got = _batches(DaliLoader(cached, batch_size=4, sampler=sampler, num_workers=2, **KINDS[kind]))
-    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, want))
+    assert len(want) == 3
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, want, strict=True))

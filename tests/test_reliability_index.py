@@ -161,7 +161,7 @@ def test_cli_refuses_special_output_paths_with_one_line(data, index, tmp_path):
         "preview --out FIFO": (["preview", str(data), "--out", str(fifo), "--backend", "torch"], ["--out", "FIFO"]),
     }
     results = _run_cli_in_child([argv for argv, _ in cases.values()])
-    for (name, (_, words)), (rc, err) in zip(cases.items(), results):
+    for (name, (_, words)), (rc, err) in zip(cases.items(), results, strict=True):
         assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (name, err)
         for word in words:
             assert word in err, (name, word, err)
@@ -180,7 +180,7 @@ def test_fifo_as_index_file_is_refused_not_waited_on(tmp_path):
         ["preview", str(fifo), "--out", str(tmp_path / "p.png")],
         ["bench", "--data", str(fifo)],
     ]
-    for argv, (rc, err) in zip(cases, _run_cli_in_child(cases, timeout=60)):
+    for argv, (rc, err) in zip(cases, _run_cli_in_child(cases, timeout=60), strict=True):
         assert rc == 2 and len(err.strip().splitlines()) == 1, (argv, err)
         assert str(fifo) in err and "FIFO" in err, (argv, err)
 

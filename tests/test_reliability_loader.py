@@ -40,6 +40,7 @@ ds = ImageDataset(SampleIndex.from_folder({root!r}, progress=False), AugmentSpec
 """
 
 
+@pytest.mark.slow
 def test_dali_loaders_dropped_after_iterating_are_freed(defect_root, tmp_path):
     """A loop that makes a loader per epoch and never closes it: pipelines, reader processes, threads
     and shared memory must not pile up (before: one pipeline thread's frame kept each runner alive)."""
@@ -68,6 +69,7 @@ print("STATE", (first, state()))
     assert children <= 1 and threads <= 2 and shm == 0, line  # all of them gone (a resource tracker may stay)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(BACKENDS))
 def test_close_from_another_thread_ends_a_waiting_iterator(defect_root, tmp_path, kind):
     """close() from the main thread while another thread waits in next(): that thread raises
@@ -103,6 +105,7 @@ print("RESULT", thread.is_alive(), result.get("error"))
     assert "RESULT False ('LoaderClosedError'" in line, line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["numpy-share_memory_", "dlpack-share_memory_", "numpy-queue"])
 @pytest.mark.parametrize("kind", list(BACKENDS))
 def test_memory_reached_through_numpy_or_dlpack_survives_share_memory(defect_root, tmp_path, kind, how):
@@ -242,6 +245,7 @@ def test_a_dali_timeout_shorter_than_the_poll_interval_is_honoured():
         thread.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(BACKENDS))
 def test_a_tiny_timeout_raises_the_loaders_timeout_error(defect_root, tmp_path, kind):
     proc = run_child(tmp_path, PRELUDE + """

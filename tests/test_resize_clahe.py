@@ -69,7 +69,7 @@ def test_resize_is_bit_exact_with_dalis_fn_resize(group, antialias):
     images = [_image(src, k) for k, (src, _) in enumerate(cases)]
     want = dali_resize(images, [dst for _, dst in cases], antialias)
     wrong = []
-    for (src, dst), img, w in zip(cases, images, want):
+    for (src, dst), img, w in zip(cases, images, want, strict=True):
         got = ops.resize(img, *dst, antialias=antialias)
         assert got.shape == w.shape and got.dtype == np.uint8
         if not np.array_equal(got, w):
@@ -94,7 +94,7 @@ def test_random_sizes_are_bit_exact_with_dali_and_the_reference():
     want = []
     for start in range(0, len(images), 20):
         want += dali_resize(images[start:start + 20], sizes[start:start + 20])
-    for img, size, w in zip(images, sizes, want):
+    for img, size, w in zip(images, sizes, want, strict=True):
         fast, ref = ops.resize(img, *size), ops.resize_exact(img, *size)
         assert np.array_equal(ref, w), (img.shape, size)
         assert np.array_equal(fast, w), (img.shape, size)
@@ -234,7 +234,7 @@ def measure(op_list: list) -> dict:
     diffs, worst = [], ("", 0)
     for name, images in image_sets().items():
         got, want = run_both(op_list, [im for im in images for _ in range(3)])
-        d = np.concatenate([np.abs(a.astype(int) - b.astype(int)).ravel() for a, b in zip(got, want)])
+        d = np.concatenate([np.abs(a.astype(int) - b.astype(int)).ravel() for a, b in zip(got, want, strict=True)])
         diffs.append(d)
         if d.max() > worst[1]:
             worst = (name, int(d.max()))
