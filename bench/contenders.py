@@ -77,7 +77,7 @@ def _reference_init(index_path: str, size: tuple[int, int]) -> None:
     cv2.setNumThreads(0)
     torch.set_num_threads(1)
     spec = AugmentSpec(size=size)
-    _REF = (own("fallback").ImageDataset(SampleIndex.load(index_path, check="none"), spec, seed=0), spec)
+    _REF = (own("fallback.dataset").ImageDataset(SampleIndex.load(index_path, check="none"), spec, seed=0), spec)
 
 
 def _reference_work(draw) -> int:
@@ -220,7 +220,7 @@ def _loader_for(name: str, index, size: tuple[int, int], batch_size: int, worker
     from dali_backend import AugmentSpec, DaliLoader, WeightedSampler
     from dali_backend._own import own
 
-    ImageDataset = own("fallback").ImageDataset
+    ImageDataset = own("fallback.dataset").ImageDataset
 
     if name == "tutorial":
         paths = [index.abspath(i) for i in range(len(index))]

@@ -120,7 +120,7 @@ def operation_checks(device: str = "cpu", images: list[np.ndarray] | None = None
     (``hw_decoder_load=0``), the hardware engine (``1``) and a region decode."""
     from nvidia.dali import fn, types
 
-    from dali_backend.pipeline import clahe_like_opencv
+    from dali_backend.transforms.clahe_graph import clahe_like_opencv
     from dali_backend.transforms.color import _jitter_lut
 
     spec = spec or AugmentSpec()
@@ -302,7 +302,9 @@ def compare_end_to_end(dataset, draws, device: str = "cpu", batch_size: int = 8)
     import torch
 
     from dali_backend import DaliLoader
-    FallbackLoader, ImageDataset = own("fallback").FallbackLoader, own("fallback").ImageDataset
+    from dali_backend.loader import FallbackLoader
+
+    ImageDataset = own("fallback.dataset").ImageDataset
 
     spec = dataclasses.replace(dataset.spec, dtype="uint8")
     ds = ImageDataset(dataset.index, spec, seed=dataset.seed)
@@ -334,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from dali_backend import SampleIndex, WeightedSampler
     from dali_backend.synthetic import generate_defect_dataset
-    ImageDataset = own("fallback").ImageDataset
+    ImageDataset = own("fallback.dataset").ImageDataset
 
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])

@@ -258,7 +258,7 @@ def cmd_preview(args) -> int:
 
     from ._own import own
 
-    ImageDataset, ops = own("fallback").ImageDataset, own("fallback.ops")
+    ImageDataset, ops = own("fallback.dataset").ImageDataset, own("fallback.ops")
 
     from .augment import AugmentSpec
     from .loader import DaliLoader, _dali_importable
@@ -341,7 +341,7 @@ def cmd_demo(args) -> int:
 
     from ._own import own
 
-    ImageDataset = own("fallback").ImageDataset
+    ImageDataset = own("fallback.dataset").ImageDataset
 
     from .augment import AugmentSpec
     from .index import SampleIndex

@@ -40,7 +40,8 @@ from .errors import (BadImageError, ConfigError, FallbackWarning, LoaderClosedEr
 from .memory import EveryNth
 from .sampler import WeightedSampler, default_sampler, default_seed, plan_epoch
 from .reading import check_on_error
-from .schedule import KIND_DRAW, KIND_PAD, ROW, SERVED_BAD, Col, DrawSource, SlotRing
+from .reading import SERVED_BAD
+from .schedule import KIND_DRAW, KIND_PAD, ROW, Col, DrawSource, SlotRing
 from .tensors import normalize, release_pooled_outputs
 from .workers import WorkerInit, starting_workers
 
@@ -751,7 +752,7 @@ class DaliLoader(EpochLoaderMixin):
                  batch_transform=None):
         from ._own import own
 
-        ImageDataset = own("fallback").ImageDataset
+        ImageDataset = own("fallback.dataset").ImageDataset
         shuffle = bool(shuffle)
         if not isinstance(dataset, ImageDataset):
             raise ConfigError(f"DaliLoader: dataset must be an ImageDataset, got {type(dataset).__name__}; "
@@ -949,3 +950,22 @@ class DaliLoader(EpochLoaderMixin):
     def __repr__(self) -> str:
         return (f"DaliLoader(backend={self.backend!r}, n={len(self.dataset)}, batch_size={self.batch_size}, "
                 f"num_workers={self.num_workers}, drop_last={self.drop_last}, sampler={self.sampler!r})")
+
+
+class FallbackLoader(DaliLoader):
+    """DataLoader-compatible iterable yielding ``(images [B, 3, H, W], labels [B] int64)`` on the CPU.
+
+    ``DaliLoader`` with ``backend="torch"``, kept for code that names the CPU path explicitly (also
+    importable as ``fallback.FallbackLoader``). Args are ``DaliLoader``'s (``DataLoader``'s), without
+    ``device``/``backend``; ``seed`` seeds the default sampler.
+    """
+
+    def __init__(self, dataset, batch_size: int = 1, shuffle: bool | None = None, sampler=None,
+                 num_workers: int = 0, drop_last: bool = False, pin_memory: bool = False, seed: int | None = None,
+                 **kwargs):
+        for name in ("device", "backend"):
+            if name in kwargs:
+                raise ConfigError(f"FallbackLoader: {name}={kwargs[name]!r}; it runs on the CPU with the torch "
+                                  "backend: drop it, or use DaliLoader, which chooses between backends")
+        super().__init__(dataset, batch_size, shuffle, sampler, num_workers=num_workers, drop_last=drop_last,
+                         pin_memory=pin_memory, seed=seed, device="cpu", backend="torch", **kwargs)
