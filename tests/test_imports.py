@@ -72,7 +72,7 @@ TOP = {"dali_backend.cli", "dali_backend.cliargs", "dali_backend.__main__"}
 
 
 def layer(module: str) -> int:
-    if module in CONTRACT or module.startswith("dali_backend.transforms"):
+    if module in CONTRACT or module.startswith(("dali_backend.transforms", "dali_backend.index.")):
         return 0
     if module in EXECUTORS or module.startswith("fallback"):
         return 1
