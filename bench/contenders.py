@@ -147,7 +147,7 @@ def dali_stage_breakdown(index, size: tuple[int, int], images: int = 96, batch_s
     CPU minus its DALI operator threads', see :func:`~bench.measure.dali_operator_cpu_seconds`).
     """
     from dali_backend import AugmentSpec
-    from dali_backend.pipeline import import_dali
+    from dali_backend.dali.graph import import_dali
     from dali_backend.reading import read_regular_file
     from dali_backend.transforms.base import GraphContext
 

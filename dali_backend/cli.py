@@ -261,7 +261,8 @@ def cmd_preview(args) -> int:
     ImageDataset, ops = own("fallback.dataset").ImageDataset, own("fallback.ops")
 
     from .augment import AugmentSpec
-    from .loader import DaliLoader, _dali_importable
+    from .dali.devices import _dali_importable
+    from .loader import DaliLoader
     from .sampler import WeightedSampler
     from .transforms.geometry import _Crop as _CropOp
 

@@ -65,8 +65,7 @@ CONTRACT = {"dali_backend._own", "dali_backend.errors", "dali_backend.strings", 
             "dali_backend.memory", "dali_backend.jpeg", "dali_backend.labelling", "dali_backend.index",
             "dali_backend.reading", "dali_backend.sampler", "dali_backend.augment", "dali_backend.synthetic",
             "dali_backend.tensors"}  # tensors: the contract's last steps (normalisation), shared by both executors
-EXECUTORS = {"dali_backend.workers", "dali_backend.schedule", "dali_backend.pipeline",
-             "dali_backend.handoff"}
+EXECUTORS = set()  # by package: dali_backend.dali (graph, wire, workers, devices, runner, hand-off) and fallback
 FACADE = {"dali_backend", "dali_backend.epochs", "dali_backend.loader"}
 TOP = {"dali_backend.cli", "dali_backend.cliargs", "dali_backend.__main__"}
 
@@ -74,7 +73,7 @@ TOP = {"dali_backend.cli", "dali_backend.cliargs", "dali_backend.__main__"}
 def layer(module: str) -> int:
     if module in CONTRACT or module.startswith(("dali_backend.transforms", "dali_backend.index.")):
         return 0
-    if module in EXECUTORS or module.startswith("fallback"):
+    if module in EXECUTORS or module.startswith(("dali_backend.dali", "fallback")):
         return 1
     if module in FACADE:
         return 2

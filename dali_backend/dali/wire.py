@@ -20,10 +20,10 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from .augment import AugmentSpec
-from .errors import BadImageError
-from .jpeg import decoded_size
-from .reading import SERVED_BAD, OnError, SampleReader
+from ..augment import AugmentSpec
+from ..errors import BadImageError
+from ..jpeg import decoded_size
+from ..reading import SERVED_BAD, OnError, SampleReader
 from .workers import become_worker
 
 class Kind(IntEnum):

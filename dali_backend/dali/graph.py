@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from .augment import AugmentSpec
-from .transforms import GraphContext
-from .transforms.clahe_graph import _reflect101_extend, clahe_like_opencv  # noqa: F401  (their old home)
-from .errors import MissingDependencyError
-from .schedule import DrawSource
+from ..augment import AugmentSpec
+from ..transforms import GraphContext
+from ..errors import MissingDependencyError
+from .wire import DrawSource
 
 DALI_INSTALL_HINT = ("pip install nvidia-dali-cuda120 (CUDA 12 drivers) or nvidia-dali-cuda130 (CUDA 13); "
                      "or use backend='torch' for the CPU fallback")
