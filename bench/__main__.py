@@ -216,7 +216,7 @@ def unavailable(names: list[str]) -> dict[str, str]:
     """Why each contender of ``names`` cannot run on this machine (DALI missing, no CUDA GPU)."""
     import torch
 
-    from dali_backend.loader import _dali_importable
+    from dali_backend.dali.devices import _dali_importable
 
     why = {}
     no_dali = _dali_importable()

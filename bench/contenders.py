@@ -77,7 +77,7 @@ def _reference_init(index_path: str, size: tuple[int, int]) -> None:
     cv2.setNumThreads(0)
     torch.set_num_threads(1)
     spec = AugmentSpec(size=size)
-    _REF = (own("fallback").ImageDataset(SampleIndex.load(index_path, check="none"), spec, seed=0), spec)
+    _REF = (own("fallback.dataset").ImageDataset(SampleIndex.load(index_path, check="none"), spec, seed=0), spec)
 
 
 def _reference_work(draw) -> int:
@@ -96,36 +96,29 @@ def stage_breakdown(index, size: tuple[int, int], images: int = 64) -> dict[str,
     ``cpu s/img`` of a contender minus their sum is that loader's own overhead.
     """
     from dali_backend import AugmentSpec
-    from dali_backend.augment import draw_params
     from dali_backend.reading import read_regular_file
     from dali_backend.tensors import normalize
     from dali_backend._own import own
 
-    ops = own("fallback.ops")
+    decode = own("fallback.ops").decode
     spec = AugmentSpec(size=size)
-    clahe = cv2.createCLAHE(spec.clahe.clip_limit, spec.clahe.tiles)
-    times = dict.fromkeys(("read", "decode", "clahe", "resize", "rotate", "jitter", "normalize"), 0.0)
+    stages = dict(zip(("clahe", "resize", "rotate", "jitter"), spec.transforms))  # the operations the loaders run
+    times = dict.fromkeys(("read", "decode", *stages, "normalize"), 0.0)
     n = min(images, len(index))
     clock = time.thread_time  # CPU time of this thread: what the stage costs, not what the machine did meanwhile
     done = []
     for i in range(n):
-        p = draw_params(spec, 0, 0, i)
         t0 = clock()
         data = read_regular_file(index.abspath(i))
         t1 = clock()
-        img = ops.decode(data, "gray")
-        t2 = clock()
-        img = clahe.apply(img)
-        t3 = clock()
-        img = ops.resize(img, spec.height, spec.width)
-        t4 = clock()
-        img = ops.rotate(img, p.angle)
-        t5 = clock()
-        img = ops.jitter(img, p.brightness, p.contrast)
-        t6 = clock()
+        img = decode(data, "gray")
+        times["read"] += t1 - t0
+        times["decode"] += clock() - t1
+        for (name, op), params in zip(stages.items(), spec.make_params(0, 0, i, img.shape[:2])):
+            t = clock()
+            img = op.apply(img, params)
+            times[name] += clock() - t
         done.append(img)
-        for key, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)):
-            times[key] += dt
     for b in range(0, n, 32):  # normalisation runs per batch in the loaders
         batch = torch.from_numpy(np.stack(done[b:b + 32]))[:, None]
         t0 = clock()
@@ -147,7 +140,7 @@ def dali_stage_breakdown(index, size: tuple[int, int], images: int = 96, batch_s
     CPU minus its DALI operator threads', see :func:`~bench.measure.dali_operator_cpu_seconds`).
     """
     from dali_backend import AugmentSpec
-    from dali_backend.pipeline import import_dali
+    from dali_backend.dali.graph import import_dali
     from dali_backend.reading import read_regular_file
     from dali_backend.transforms.base import GraphContext
 
@@ -220,7 +213,7 @@ def _loader_for(name: str, index, size: tuple[int, int], batch_size: int, worker
     from dali_backend import AugmentSpec, DaliLoader, WeightedSampler
     from dali_backend._own import own
 
-    ImageDataset = own("fallback").ImageDataset
+    ImageDataset = own("fallback.dataset").ImageDataset
 
     if name == "tutorial":
         paths = [index.abspath(i) for i in range(len(index))]

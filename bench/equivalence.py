@@ -12,7 +12,8 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from dali_backend.augment import AugmentSpec, AugParams, Clahe
+from dali_backend.augment import AugmentSpec, Clahe
+from dali_backend.transforms import RandomRotation
 from dali_backend._own import own
 
 ops = own("fallback.ops")
@@ -120,7 +121,7 @@ def operation_checks(device: str = "cpu", images: list[np.ndarray] | None = None
     (``hw_decoder_load=0``), the hardware engine (``1``) and a region decode."""
     from nvidia.dali import fn, types
 
-    from dali_backend.pipeline import clahe_like_opencv
+    from dali_backend.transforms.clahe_graph import clahe_like_opencv
     from dali_backend.transforms.color import _jitter_lut
 
     spec = spec or AugmentSpec()
@@ -172,8 +173,7 @@ def operation_checks(device: str = "cpu", images: list[np.ndarray] | None = None
             return clahe_like_opencv(_src(0, gpu), hw[0], hw[1], clahe.tiles, float(clahe.clip_limit), channels, portable=True)
 
         got = _run(graph, list(zip(srcs, shapes)), device, 4)
-        want = [np.stack([ops.clahe(np.ascontiguousarray(x[..., c]), spec) for c in range(channels)], axis=-1)
-                for x in srcs]
+        want = [clahe.apply(x[..., 0] if channels == 1 else x, {}).reshape(x.shape) for x in srcs]
         return diff_stats(got, want)
 
     def jitter(b, c, ties: str = "up"):
@@ -207,7 +207,7 @@ def operation_checks(device: str = "cpu", images: list[np.ndarray] | None = None
             [d[:, :, 0] for d in _run(lambda gpu: fn.rotate(_src(0, gpu), angle=_src(1, False, None), keep_size=True,
                                                             fill_value=0, interp_type=types.INTERP_LINEAR),
                                       [(x[:, :, None], a) for x, a in zip(small, angles)], device, 4)],
-            [ops.rotate(x, float(a)) for x, a in zip(small, angles)]),
+            [RandomRotation(30).apply(x, {"angle": a}) for x, a in zip(small, angles)]),
         "op:jitter": lambda: jitter(bs, cs),
         "op:jitter-ties": jitter_ties,
     }
@@ -302,7 +302,9 @@ def compare_end_to_end(dataset, draws, device: str = "cpu", batch_size: int = 8)
     import torch
 
     from dali_backend import DaliLoader
-    FallbackLoader, ImageDataset = own("fallback").FallbackLoader, own("fallback").ImageDataset
+    from dali_backend.loader import FallbackLoader
+
+    ImageDataset = own("fallback.dataset").ImageDataset
 
     spec = dataclasses.replace(dataset.spec, dtype="uint8")
     ds = ImageDataset(dataset.index, spec, seed=dataset.seed)
@@ -319,12 +321,6 @@ def compare_end_to_end(dataset, draws, device: str = "cpu", batch_size: int = 8)
     return stats
 
 
-def params_for(spec: AugmentSpec, seed: int, epoch: int, positions: Sequence[int]) -> list[AugParams]:
-    from dali_backend.augment import draw_params
-
-    return [draw_params(spec, seed, epoch, p) for p in positions]
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m bench.equivalence [--device cpu|gpu] [--json PATH]``: print the agreement table."""
     import argparse
@@ -334,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from dali_backend import SampleIndex, WeightedSampler
     from dali_backend.synthetic import generate_defect_dataset
-    ImageDataset = own("fallback").ImageDataset
+    ImageDataset = own("fallback.dataset").ImageDataset
 
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])

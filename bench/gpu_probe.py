@@ -108,7 +108,7 @@ def cmd_sweep(args) -> int:
     from dali_backend import AugmentSpec, DaliLoader, SampleIndex, WeightedSampler
     from dali_backend._own import own
 
-    ImageDataset = own("fallback").ImageDataset
+    ImageDataset = own("fallback.dataset").ImageDataset
 
     index = SampleIndex.from_folder(args.data, progress=False)
     ds = ImageDataset(index, AugmentSpec(size=256), seed=0)

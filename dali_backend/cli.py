@@ -12,11 +12,13 @@ import logging
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from .cliargs import (OneLineParser, operation_list, add_index_load_arguments, class_list, data_or_index, default_cache,
                       existing_dir, fraction, index_file, int_range, keyword_rules, load_data, output_dir, output_file,
                       positive_int, run_command, size_wxh, text_encoding, verbosity_parent)
+from .errors import FallbackWarning
 from .index import check_output_path, write_atomic
 
 log = logging.getLogger("dali_backend.cli")
@@ -258,10 +260,11 @@ def cmd_preview(args) -> int:
 
     from ._own import own
 
-    ImageDataset, ops = own("fallback").ImageDataset, own("fallback.ops")
+    ImageDataset, ops = own("fallback.dataset").ImageDataset, own("fallback.ops")
 
     from .augment import AugmentSpec
-    from .loader import DaliLoader, _dali_importable
+    from .dali.devices import _dali_importable
+    from .loader import DaliLoader
     from .sampler import WeightedSampler
     from .transforms.geometry import _Crop as _CropOp
 
@@ -280,7 +283,9 @@ def cmd_preview(args) -> int:
     dali_imgs = None
     why_not = _dali_importable() if args.backend != "torch" else "--backend torch"
     if why_not is None:
-        loader = DaliLoader(ds, batch_size=len(draws), sampler=draws, device="auto", backend="dali")
+        with warnings.catch_warnings():  # the column header names the backend that ran
+            warnings.simplefilter("ignore", FallbackWarning)
+            loader = DaliLoader(ds, batch_size=len(draws), sampler=draws, device="auto", backend="dali")
         dali_imgs = next(iter(loader))[0].cpu().numpy()
         columns += [loader.backend, f"|fallback - dali| x{DIFF_GAIN}"]
         loader.close()
@@ -341,7 +346,7 @@ def cmd_demo(args) -> int:
 
     from ._own import own
 
-    ImageDataset = own("fallback").ImageDataset
+    ImageDataset = own("fallback.dataset").ImageDataset
 
     from .augment import AugmentSpec
     from .index import SampleIndex
@@ -368,9 +373,11 @@ def cmd_demo(args) -> int:
     sampler = WeightedSampler(index, seed=args.seed)
     name, _, reason = choose_backend(args.device, args.backend)
     log.debug("backend choice for device=%s backend=%s: %s (%s)", args.device, args.backend, name, reason)
-    loader = DaliLoader(ds, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers,
-                        device=args.device, backend=args.backend)
-    print(f"loader: {loader.backend}, {len(loader)} batches of {args.batch_size} per epoch")
+    with warnings.catch_warnings():  # said below in the command's own terms (--backend), not DaliLoader's
+        warnings.simplefilter("ignore", FallbackWarning)
+        loader = DaliLoader(ds, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers,
+                            device=args.device, backend=args.backend)
+    print(f"loader: {loader.backend} ({reason}), {len(loader)} batches of {args.batch_size} per epoch")
     first = None
     counts = np.zeros(len(index.classes), np.int64)
     for epoch in range(args.epochs):

@@ -79,3 +79,7 @@ class OutputFileError(DaliBackendError, OSError):
 class FallbackWarning(UserWarning):
     """``DaliLoader(device="auto")`` runs without the GPU (no CUDA, or DALI missing): said once per reason
     and process; pass the backend explicitly to choose the fallback on purpose."""
+
+
+class ExecutorFailed(Exception):
+    """An executor's ``run`` failed in a way its ``recover`` can repair; then the facade resumes the pass."""

@@ -29,6 +29,7 @@ from .jpeg import EOI, SOI, header_refusal
 
 log = logging.getLogger("dali_backend")
 OnError = Literal["raise", "skip"]
+SERVED_BAD = -2  # the "served" index of a draw whose file was bad under on_error="raise" (both executors)
 MAX_REPLACEMENTS = 32
 _REPLACE_STREAM = 0x5C1
 T = TypeVar("T")

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from dali_backend.errors import BadImageError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError
 from dali_backend.memory import EveryNth
 from dali_backend.sampler import Draw
-from dali_backend.schedule import SERVED_BAD
+from dali_backend.reading import SERVED_BAD
 
 from .dataset import ImageDataset
 

@@ -78,7 +78,7 @@ def run_graph(images: list[np.ndarray], build, device: str) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("tiles", TILES)
 def test_padding_is_opencv_reflect101_with_its_rule(tiles):
-    from dali_backend.pipeline import _reflect101_extend
+    from dali_backend.transforms.clahe_graph import _reflect101_extend
 
     tx, ty = tiles
     images = [texture(h, w, 1, seed=1) for h, w in SIZES if (h % ty or w % tx) and h * w < 1e6]
@@ -97,7 +97,7 @@ def test_padding_is_opencv_reflect101_with_its_rule(tiles):
 @pytest.mark.parametrize("channels", [1, 3])
 @pytest.mark.parametrize("tiles", TILES)
 def test_graph_clahe_equals_opencv_at_every_size(device, channels, tiles):
-    from dali_backend.pipeline import clahe_like_opencv
+    from dali_backend.transforms.clahe_graph import clahe_like_opencv
 
     images = [texture(h, w, channels, seed=2) for h, w in SIZES]
     outs = run_graph(images, lambda x, h, w: clahe_like_opencv(x, h, w, tiles, 2.0, channels, portable=True), device)
@@ -133,7 +133,7 @@ def test_on_cpu_operators_the_clahe_op_is_the_plain_operator_and_equals_opencv_a
 
 
 def test_the_portable_graph_is_not_the_plain_operator():
-    from dali_backend.pipeline import clahe_like_opencv
+    from dali_backend.transforms.clahe_graph import clahe_like_opencv
 
     names = []
 
@@ -177,7 +177,7 @@ def test_gpu_kernel_model_in_the_products_padded_graph_is_within_one_level(gpu_k
     """``clahe_like_opencv(portable=True)``, the graph the GPU runs, with the kernel's model in place of the
     kernel: within 1 level of OpenCV at every size (the kernel rounds its tables half up, OpenCV to even),
     because the graph pads to whole tiles exactly as OpenCV does."""
-    from dali_backend.pipeline import clahe_like_opencv
+    from dali_backend.transforms.clahe_graph import clahe_like_opencv
 
     tx, ty = tiles
     images = [texture(h, w, channels, seed=7) for h, w in SIZES if h * w < 1e6]
@@ -195,7 +195,7 @@ def test_gpu_kernel_model_without_the_products_padding_differs(gpu_kernel_model,
     """The fault the padding removes: the plain operator (``portable=False``, what CPU operators run) with
     the CUDA kernel's model leaves trailing tiles empty (black edges) where the size is not whole tiles.
     So the GPU must take the padded graph, which the GPU placement chooses by default."""
-    from dali_backend.pipeline import clahe_like_opencv
+    from dali_backend.transforms.clahe_graph import clahe_like_opencv
 
     img = texture(h, w, 1, seed=8)
     (got,) = run_graph([img], lambda x, hh, ww: clahe_like_opencv(x, hh, ww, (8, 8), 2.0, 1, portable=False), "cpu")
@@ -221,7 +221,7 @@ def test_gpu_refuses_rgb_per_channel_clahe_directly():
 def test_portable_graph_with_static_sizes_equals_opencv(h, w, tiles, channels):
     """After a fixed-size operation the graph's sizes are Python ints (no per-sample nodes): the padded
     graph then does its size arithmetic in Python (DALI refuses ``math.min`` of two constants)."""
-    from dali_backend.pipeline import clahe_like_opencv
+    from dali_backend.transforms.clahe_graph import clahe_like_opencv
 
     images = [texture(h, w, channels, seed=s) for s in (5, 6)]
     outs = run_graph(images, lambda x, _h, _w: clahe_like_opencv(x, h, w, tiles, 2.0, channels, portable=True), "cpu")

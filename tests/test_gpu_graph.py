@@ -46,7 +46,7 @@ OP_LISTS = op_lists()
 
 def define_graph(spec: AugmentSpec, device: str):
     """The pipeline for ``spec`` with its graph defined (not built): DALI's argument checks have run."""
-    from dali_backend.pipeline import build_pipeline
+    from dali_backend.dali.graph import build_pipeline
 
     def source(info):  # never called: the graph is only defined
         raise AssertionError("the graph was run")

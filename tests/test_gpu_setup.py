@@ -33,8 +33,8 @@ def ds(defect_index):
 
 def test_simulated_driver_check_is_the_one_dali_uses(driver_initialised, ds):
     """Without our choice of start method, DALI itself refuses to fork: the simulation is real."""
-    from dali_backend.pipeline import build_pipeline
-    from dali_backend.schedule import DrawSource, SlotRing
+    from dali_backend.dali.graph import build_pipeline
+    from dali_backend.dali.wire import DrawSource, SlotRing
 
     ring = SlotRing(64)
     try:
@@ -93,7 +93,7 @@ def test_each_torchrun_rank_gets_its_gpu_without_touching_cuda(monkeypatch, loca
 def test_ranks_share_the_nodes_cores(monkeypatch, ds):
     import os
 
-    import dali_backend.pipeline as pipeline
+    import dali_backend.dali.graph as pipeline
 
     seen = {}
 

@@ -1,5 +1,5 @@
 """DALI's GPU outputs leave the executor only as torch-owned copies, and DALI's buffers live until
-the copies have run (``dali_backend.handoff``). The bookkeeping is tested on the CPU with fake events
+the copies have run (``dali_backend.dali.handoff``). The bookkeeping is tested on the CPU with fake events
 and ``meta`` tensors; the CUDA case delays the consumer's stream and checks no batch changed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import needs_cuda
-from dali_backend.handoff import DeviceHandoff
+from dali_backend.dali.handoff import DeviceHandoff
 
 
 class FakeEvent:

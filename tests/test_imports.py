@@ -29,20 +29,20 @@ def test_fallback_does_not_import_dali():
     assert not any(m.startswith("nvidia") for m in mods)
 
 
-def test_module_graph_is_acyclic():
-    """Edges between our modules (top-level imports only: lazy imports inside functions are fine)."""
+def module_graph(root: pathlib.Path = ROOT) -> dict[str, set[str]]:
+    """Every import between our modules (dali_backend, fallback, bench): at module level *and* inside
+    functions, plus ``own("...")`` (the one import by location, dali_backend._own), so that no arrow hides."""
     modules, packages = {}, {}
-    for pkg in ("dali_backend", "fallback"):
-        for path in (ROOT / pkg).rglob("*.py"):  # subpackages too (dali_backend.transforms)
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    for pkg in ("dali_backend", "fallback", "bench"):
+        for path in (root / pkg).rglob("*.py"):  # subpackages too (dali_backend.transforms)
+            parts = list(path.relative_to(root).with_suffix("").parts)
             is_init = parts[-1] == "__init__"
             name = ".".join(parts[:-1] if is_init else parts)
             modules[name] = path
             packages[name] = name if is_init else name.rsplit(".", 1)[0]
     edges = {m: set() for m in modules}
     for name, path in modules.items():
-        tree = ast.parse(path.read_text())
-        for node in tree.body:  # top level only
+        for node in ast.walk(ast.parse(path.read_text())):
             targets = []
             if isinstance(node, ast.ImportFrom):
                 base = node.module or ""
@@ -54,21 +54,92 @@ def test_module_graph_is_acyclic():
                 targets = subs or [base]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
-            # a module importing its own package is how relative imports work, not a cycle
+            elif (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "own" and node.args
+                  and isinstance(node.args[0], ast.Constant)):
+                targets = [node.args[0].value]
+            # a module importing its own package is how relative imports work, not an arrow
             edges[name].update(t for t in targets if t in modules and t != name and not name.startswith(t + "."))
+    return edges
+
+
+# The layers, bottom up; an arrow may only point down (or within a layer).
+CONTRACT = {"dali_backend._own", "dali_backend.errors", "dali_backend.strings", "dali_backend.progress",
+            "dali_backend.memory", "dali_backend.jpeg", "dali_backend.labelling", "dali_backend.index",
+            "dali_backend.reading", "dali_backend.sampler", "dali_backend.augment", "dali_backend.synthetic",
+            "dali_backend.tensors"}  # tensors: the contract's last steps (normalisation), shared by both executors
+EXECUTORS = set()  # by package: dali_backend.dali (graph, wire, workers, devices, runner, hand-off) and fallback
+FACADE = {"dali_backend", "dali_backend.epochs", "dali_backend.loader"}
+TOP = {"dali_backend.cli", "dali_backend.cliargs", "dali_backend.__main__"}
+
+
+def layer(module: str) -> int:
+    if module in CONTRACT or module.startswith(("dali_backend.transforms", "dali_backend.index.")):
+        return 0
+    if module in EXECUTORS or module.startswith(("dali_backend.dali", "fallback")):
+        return 1
+    if module in FACADE:
+        return 2
+    if module in TOP or module.startswith("bench"):
+        return 3
+    raise AssertionError(f"{module}: put it in a layer (tests/test_imports.py)")
+
+
+# Declared upward arrows, each for a reason: `from fallback import FallbackLoader` (the facade on the
+# CPU executor, defined with the facade) keeps working for users' code, lazily.
+DECLARED = {("fallback", "dali_backend.loader")}
+
+
+def test_module_graph_is_acyclic_with_function_level_imports():
+    edges = module_graph()
     state: dict[str, int] = {}
 
     def visit(m, stack):
         state[m] = 1
-        for n in edges[m]:
+        for n in sorted(edges[m]):
             assert state.get(n) != 1, f"import cycle: {' -> '.join(stack + [n])}"
             if n not in state:
                 visit(n, stack + [n])
         state[m] = 2
 
-    for m in modules:
+    for m in sorted(edges):
         if m not in state:
             visit(m, [m])
+
+
+def test_arrows_point_down_the_layers():
+    """contract (index, sampler, transforms with their CPU kernels and DALI fragments, augment) <-
+    executors (DALI's graph and wire, fallback/) <- facade (DaliLoader) <- cli and bench."""
+    edges = module_graph()
+    up = sorted((a, b) for a, targets in edges.items() for b in targets
+                if layer(b) > layer(a) and (a, b) not in DECLARED)
+    assert not up, f"arrows pointing up the layers: {up}"
+    contract_out = sorted((a, b) for a, targets in edges.items() for b in targets if layer(a) == 0 and layer(b) > 0)
+    assert not contract_out
+    assert all(layer(b) == 0 for a, targets in edges.items() if a.startswith("fallback.") for b in targets
+               if not b.startswith("fallback")), "fallback/ depends on the contract only"
+
+
+def test_the_checks_see_function_level_arrows(tmp_path):
+    """The graph reads imports inside functions and own() calls: a hidden upward arrow would be seen."""
+    for pkg in ("dali_backend", "fallback", "bench"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "dali_backend" / "index.py").write_text("def f():\n    from . import loader\n")
+    (tmp_path / "dali_backend" / "loader.py").write_text("def g():\n    own('fallback.executor')\n")
+    (tmp_path / "fallback" / "executor.py").write_text("")
+    edges = module_graph(tmp_path)
+    assert edges["dali_backend.index"] == {"dali_backend.loader"}
+    assert edges["dali_backend.loader"] == {"fallback.executor"}
+    assert layer("dali_backend.loader") > layer("dali_backend.index")
+
+
+def test_light_imports_stay_light():
+    """The edit loop: the index and the command line's help start without torch, OpenCV or DALI."""
+    mods = imported_after("import dali_backend.index")
+    assert not {"torch", "cv2"} & mods and not any(m.startswith("nvidia") for m in mods)
+    mods = imported_after("import contextlib, io\nfrom dali_backend.cli import main\n"
+                          "try:\n    main(['--help'])\nexcept SystemExit:\n    pass")
+    assert not {"torch", "cv2"} & mods and not any(m.startswith("nvidia") for m in mods)
 
 
 @pytest.mark.slow

@@ -216,7 +216,7 @@ def test_a_dali_timeout_shorter_than_the_poll_interval_is_honoured():
     timeout); checked on the waits themselves, not on a clock."""
     import queue
 
-    from dali_backend.loader import _PipelineThread
+    from dali_backend.dali.runner import _PipelineThread
 
     steps = []
 

@@ -245,7 +245,7 @@ class Clahe(Transform):
         return np.dstack([op.apply(np.ascontiguousarray(img[:, :, c])) for c in range(img.shape[2])])
 
     def dali(self, images, params, ctx: GraphContext):
-        from ..pipeline import clahe_like_opencv
+        from .clahe_graph import clahe_like_opencv
 
         return clahe_like_opencv(images, ctx.hw[0], ctx.hw[1], self.tiles, float(self.clip_limit), channels=ctx.channels)
 

@@ -3,7 +3,7 @@
 Crop windows are drawn in Python as pixel rectangles (``start = (top, left)``, ``shape = (h, w)``);
 both backends cut exactly that rectangle, padding with ``fill`` where it leaves the image, so crops
 and flips agree exactly. Resizing is DALI's antialiased linear filter, reproduced bit for bit (on
-DALI's CPU operators) by ``fallback.ops.resize``.
+DALI's CPU operators) by :mod:`dali_backend.transforms.resample`.
 """
 
 from __future__ import annotations
@@ -66,11 +66,11 @@ def _dali_resize(images, h, w, antialias: bool = True):
 
 
 def _cpu_resize(img: np.ndarray, h: int, w: int, antialias: bool = True) -> np.ndarray:
-    """:func:`_dali_resize` on the CPU: ``fallback.ops.resize``, bit-exact with DALI's CPU operator
-    (``antialias=False`` too: DALI's plain linear filter, support 2)."""
-    from .._own import own
+    """:func:`_dali_resize` on the CPU: :func:`~dali_backend.transforms.resample.resize`, bit-exact with
+    DALI's CPU operator (``antialias=False`` too: DALI's plain linear filter, support 2)."""
+    from .resample import resize  # OpenCV and torch: loaded when an image is resized, not with the contract
 
-    return own("fallback.ops").resize(img, int(h), int(w), antialias=bool(antialias))
+    return resize(img, int(h), int(w), antialias=bool(antialias))
 
 
 @dataclass(frozen=True, repr=False)

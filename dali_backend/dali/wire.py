@@ -20,10 +20,10 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from .augment import AugmentSpec
-from .errors import BadImageError
-from .jpeg import decoded_size
-from .reading import OnError, SampleReader
+from ..augment import AugmentSpec
+from ..errors import BadImageError
+from ..jpeg import decoded_size
+from ..reading import SERVED_BAD, OnError, SampleReader
 from .workers import become_worker
 
 class Kind(IntEnum):
@@ -46,7 +46,6 @@ class Col(IntEnum):
 
 KIND_DRAW, KIND_PAD = Kind.DRAW, Kind.PAD
 ROW = Col.KIND + 1  # columns in the ring
-SERVED_BAD = -2  # the "served" column of a draw whose file was bad under on_error="raise"
 WAIT_TIMEOUT_S = 600.0
 
 # A valid 8x8 gray JPEG: what padding slots decode (cheap, never a real sample).

@@ -1,35 +1,13 @@
-"""The DALI graph of the contract: one graph, two placements.
+"""CLAHE as OpenCV computes it, as a DALI graph fragment that runs the same on CPU and GPU operators.
 
-``device="gpu"``: nvJPEG decoding (``decoders.image``, device ``mixed``) and every following operator
-on the GPU. ``device="cpu"``: the same operators on the CPU with ``device_id=None`` (how CI tests the
-graph). Per-draw parameters arrive from the external source as per-sample operator arguments, so DALI
-itself draws no random numbers. This module imports ``nvidia.dali``; only the loader imports it, and
-only when a DALI pipeline is built.
+The DALI fragment of :class:`~dali_backend.transforms.Clahe` (part of the contract, like every
+operation's fragment): built only inside a pipeline definition, so ``nvidia.dali`` is imported in
+these functions, never with this module.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
-
-from .augment import AugmentSpec
-from .transforms import GraphContext
-from .errors import MissingDependencyError
-from .schedule import DrawSource
-
-DALI_INSTALL_HINT = ("pip install nvidia-dali-cuda120 (CUDA 12 drivers) or nvidia-dali-cuda130 (CUDA 13); "
-                     "or use backend='torch' for the CPU fallback")
-
-
-def import_dali():
-    """Import DALI or raise :class:`MissingDependencyError` with the install command."""
-    try:
-        import nvidia.dali as dali  # noqa: F401
-        import nvidia.dali.fn  # noqa: F401
-        import nvidia.dali.plugin.pytorch  # noqa: F401
-    except ImportError as e:
-        raise MissingDependencyError(f"NVIDIA DALI is not importable ({e}); install it: {DALI_INSTALL_HINT}") from e
-    return dali
 
 
 def _static(*values) -> bool:
@@ -125,56 +103,3 @@ def clahe_like_opencv(images, h, w, tiles: tuple[int, int], clip_limit: float, c
     else:
         out = equalise(images)
     return out
-
-
-def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, device: Literal["cpu", "gpu"],
-                   device_id: int | None, num_threads: int, py_num_workers: int, py_start_method: str = "fork",
-                   prefetch_queue_depth: int = 2, hw_decoder_load: float = 0.65, seed: int = 0):
-    """Build (not yet run) the pipeline for ``spec``; outputs ``(images uint8 [B, C, H, W], labels, slots)``.
-
-    The graph is the spec's operations in order (``op.dali``), fed by the parameters the source
-    sends: the external source's outputs and dtypes are ``spec.wire``, and each operation receives
-    its own parameters by name. When the first operation that changes pixels is a crop whose window
-    lies inside the image (``spec.region_crop``), only that window is decoded.
-    """
-    dali = import_dali()
-    from nvidia.dali import fn, types
-
-    gpu = device == "gpu"
-    wire = spec.wire
-    wire_types = {"float32": types.FLOAT, "int32": types.INT32}
-    ops = spec.transforms
-    region = spec.region_crop
-
-    @dali.pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id if gpu else None,
-                       py_num_workers=py_num_workers, py_start_method=py_start_method,
-                       prefetch_queue_depth=prefetch_queue_depth, seed=seed, exec_dynamic=True,
-                       enable_conditionals=any(op.CONDITIONALS and not op.is_identity for op in ops))
-    def graph():
-        jpegs, labels, slots, *values = fn.external_source(
-            source=source, num_outputs=3 + len(wire), batch=False, parallel=True,
-            dtype=[types.UINT8, types.INT64, types.INT64] + [wire_types[p.dtype] for _, p in wire])
-        params: list[dict] = [{} for _ in ops]
-        for (k, p), node in zip(wire, values):
-            params[k][p.name] = node
-        # nvJPEG upsamples chroma differently from libjpeg-turbo unless asked for "fancy" upsampling
-        decode_args = {"hw_decoder_load": hw_decoder_load, "jpeg_fancy_upsampling": True} if gpu else {}
-        decode_args.update(device="mixed" if gpu else "cpu", output_type=types.GRAY if spec.color == "gray" else types.RGB)
-        shape = fn.peek_image_shape(jpegs, dtype=types.INT32)  # after EXIF orientation, like the decoder
-        ctx = GraphContext(gpu=gpu, channels=spec.channels, hw=(shape[0], shape[1]))
-        first = 0
-        if region is None:
-            images = fn.decoders.image(jpegs, **decode_args)
-        else:
-            window = params[region]
-            images = fn.decoders.image_slice(jpegs, start=window["start"], shape=window["shape"], axis_names="HW",
-                                             **decode_args)
-            images = ops[region].after_region(images, window, ctx)
-            first = region + 1
-        for k in range(first, len(ops)):
-            if not ops[k].is_identity:
-                images = ops[k].dali(images, params[k], ctx)
-        images = fn.transpose(images, perm=[2, 0, 1])
-        return images, labels, slots
-
-    return graph()

@@ -1,0 +1,107 @@
+"""The DALI executor behind the facade: planned batches in, uint8 batches out, through a runner that it
+rebuilds when DALI fails; when DALI's decoder refuses a file it finds which one."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ..errors import BadImageError, LoaderWorkerError
+from .wire import KIND_DRAW, Col
+
+
+from .runner import _DaliRunner
+from ..errors import ExecutorFailed
+
+log = logging.getLogger("dali_backend")
+
+
+class _DaliExecutor:
+    """The DALI executor: planned batches in, uint8 batches out, through a :class:`_DaliRunner`.
+
+    The runner is rebuilt when it fails (a dead worker, DALI's error, an interruption at an unknown
+    point). When DALI raises, ``run`` raises :class:`ExecutorFailed`; ``recover`` finds the file
+    DALI's decoder refused among the draws in flight and marks it refused for the reader (``on_error``
+    then applies to it), and the facade resumes at the batch that failed.
+    """
+
+    def __init__(self, dataset, on_error: str, runner_args: tuple):
+        self.dataset, self.on_error, self._runner_args = dataset, on_error, runner_args
+        self.runner: _DaliRunner | None = _DaliRunner(*runner_args)
+        self.device = self.runner.device
+
+    def run(self, rows: np.ndarray, key, plan_next):
+        """Batches of ``rows``; see :meth:`_DaliRunner.run`."""
+        return self._live_runner().run(key, rows, plan_next)
+
+    def recover(self, failure: ExecutorFailed) -> None:
+        """Close the failed pipeline and mark the file its decoder refused (or raise DALI's error)."""
+        if self.runner is not None:
+            self.runner.close()
+        self._refuse_files_dali_failed_on(failure)
+
+    def _live_runner(self) -> _DaliRunner:
+        runner = self.runner
+        if runner is None or runner.broken is not None:
+            if runner is not None:
+                log.info("DaliLoader: starting a new DALI pipeline (the previous one failed: %s)",
+                         str(runner.broken).splitlines()[0] if str(runner.broken) else type(runner.broken).__name__)
+                runner.close()
+            self.runner = runner = _DaliRunner(*self._runner_args)
+        return runner
+
+    def _refuse_files_dali_failed_on(self, failure: ExecutorFailed) -> None:
+        """Find the file(s) DALI's decoder refused among the draws in flight and mark them refused.
+
+        DALI's pipeline cannot skip a sample, and its error names only the position in some prefetched
+        batch ("Failed to decode sample #3"). The draws in flight at that position (then all of them)
+        are served again here as the worker served them and decoded with OpenCV, the fallback's decoder.
+        If none is refused, the error is DALI's own, and it is raised.
+        """
+        import re
+
+        import cv2
+
+        reader, text = self.dataset.reader, str(failure.error)
+        found = re.search(r"sample #(\d+)", text)
+        if found is None and "decod" not in text.lower():  # not a decoder: a reader callback raised, say
+            raise LoaderWorkerError(f"DALI's pipeline failed: {text.strip()[:3000]}; the next pass starts a new "
+                                    "pipeline") from failure.error
+        rows = np.concatenate(failure.in_flight)
+        rows = rows[rows[:, Col.KIND] == KIND_DRAW]
+        ordered = [np.concatenate([b[int(found.group(1)):int(found.group(1)) + 1] for b in failure.in_flight]), rows] \
+            if found else [rows]
+        flag = cv2.IMREAD_GRAYSCALE if self.dataset.spec.color == "gray" else cv2.IMREAD_COLOR
+        noise = ("pipeline object is no longer valid", "critical error", "error in", "encountered", "file ")
+        detail = next((line.strip() for line in reversed(text.splitlines())
+                       if line.strip() and not any(n in line.lower() for n in noise) and "sample #" not in line), "")[:200]
+        for candidates in ordered:
+            refused = []
+            for _, index, epoch, position, kind in candidates.tolist():
+                if kind != KIND_DRAW:
+                    continue
+                try:
+                    served, data = reader.serve(index, epoch, position, self.on_error, lambda j: reader.read(j, epoch))
+                except BadImageError:
+                    continue  # served as a marker; not what DALI decoded
+                if served not in reader.refused and cv2.imdecode(data, flag) is None:
+                    reader.refused[served] = f"the JPEG decoder refused it ({detail or 'corrupt JPEG data'})"
+                    refused.append(reader.path(served))
+            if refused:
+                log.warning("DaliLoader: DALI's decoder refused %s; on_error=%r applies to it from now on, and the "
+                            "pass resumes at the batch that failed with a new pipeline", ", ".join(refused), self.on_error)
+                return
+        raise LoaderWorkerError(f"DALI's pipeline failed and none of the {len(rows)} files in flight fails OpenCV's "
+                                f"decoder, so the file cannot be named: {text.strip()[:1500]}. The next iteration "
+                                "starts a new pipeline; backend='torch' decodes with OpenCV instead") from failure.error
+
+    def abandon(self) -> None:
+        """A pass ended with an error: nothing to stop (the runner keeps or rebuilds its pipeline)."""
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+            self.runner = None
+
+

@@ -1,0 +1,442 @@
+"""The DALI runner: a pipeline over an endless slot stream, cut into exact epochs, run in a thread of its
+own; and what a forked process must do with the parent's pipelines."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+import weakref
+from collections import deque
+
+import numpy as np
+import torch
+
+from .handoff import DeviceHandoff
+from ..errors import BadImageError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError
+from ..memory import EveryNth
+from ..reading import SERVED_BAD
+from .wire import KIND_DRAW, KIND_PAD, ROW, Col, DrawSource, SlotRing
+from .workers import WorkerInit, starting_workers
+
+
+from .devices import choose_start_method, local_ranks
+from ..errors import ExecutorFailed
+
+log = logging.getLogger("dali_backend")
+
+
+# A process forked while a DALI pipeline exists (a fallback DataLoader worker, or a user's os.fork())
+# must never run the pipeline's destructor or DALI's exit hook: the pipeline's threads do not exist
+# there, and both hang or abort (measured: a forked child's sys.exit() hung in Pipeline._shutdown or
+# died of SIGABRT). The child forgets the parent's pipelines and worker processes and leaks them.
+_LIVE_RUNNERS: weakref.WeakSet = weakref.WeakSet()
+_CHILD_KEEPALIVE: list = []
+
+
+def _forget_pipelines_in_child() -> None:
+    dali_pipeline = sys.modules.get("nvidia.dali.pipeline")
+    if dali_pipeline is None:
+        return  # no DALI pipeline can exist in this process
+    import ctypes
+
+    keep = [obj for runner in list(_LIVE_RUNNERS) for obj in (runner, runner.pipe, runner.iterator) if obj is not None]
+    # every DALI pipeline of the parent, also those of closed loaders the collector has not freed yet:
+    # freeing one here (the collector runs in the child too) would run its destructor without its threads
+    pipes = getattr(getattr(dali_pipeline, "Pipeline", None), "_pipes", set())
+    keep += [p for p in (ref() for ref in list(pipes)) if p is not None]
+    for obj in keep:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))  # never freed in this process
+        _CHILD_KEEPALIVE.append(obj)
+    ids = {id(obj) for obj in keep}
+    pipes.clear()  # DALI's atexit hook would shut the parent's pipelines down from here
+    # DALI closes a pipeline's worker pool in a weakref.finalize, which also runs at exit: from here it
+    # would close the parent's shared task queues, and the parent's reader workers would stop.
+    for fin in list(getattr(weakref.finalize, "_registry", {})):
+        target = fin.peek()
+        if target is not None and id(target[0]) in ids:
+            fin.detach()
+
+
+os.register_at_fork(after_in_child=_forget_pipelines_in_child)
+
+
+def _close_runners_at_exit() -> None:
+    """A script that never closes its loader still unlinks the schedule ring (no tracker warning)."""
+    for runner in list(_LIVE_RUNNERS):
+        try:
+            runner.close()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+
+
+atexit.register(_close_runners_at_exit)
+
+
+def _process_dead(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+
+
+PLANNED = ROW - 1  # a planned row is a slot row without its slot: (index, epoch, position, kind)
+
+
+def _padding(n: int) -> np.ndarray:
+    pad = np.zeros((n, PLANNED), dtype=np.int64)
+    pad[:, Col.KIND - 1] = KIND_PAD
+    return pad
+
+
+def batches_of(rows: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """Cut planned rows ``[n, PLANNED]`` into batches; the last partial one is padded with throw-away slots."""
+    out = []
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start:start + batch_size]
+        if len(chunk) < batch_size:
+            chunk = np.concatenate([chunk, _padding(batch_size - len(chunk))])
+        out.append(chunk)
+    return out
+
+
+def plan_stream(key, rows: np.ndarray, plan_next, batch_size: int):
+    """Batches of this pass, then the next epoch's speculatively (pure samplers only), else padding."""
+    while True:
+        for b, batch in enumerate(batches_of(rows, batch_size)):
+            yield key, b, batch
+        if key is None:
+            break
+        sid, epoch, _ = key
+        key, rows = (sid, epoch + 1, 0), plan_next(epoch + 1)
+    pad = _padding(batch_size)
+    while True:
+        yield "pad", 0, pad
+
+
+
+
+class _PipelineFailed(ExecutorFailed):
+    """DALI's pipeline raised (its decoder refused a file, typically); the pipeline is unusable now."""
+
+    def __init__(self, error: BaseException, in_flight: list[np.ndarray]):
+        super().__init__(str(error))
+        self.error, self.in_flight = error, in_flight
+
+
+class _PipelineThread:
+    """Runs DALI's iterator in a thread of its own; the iterating thread waits with a short timeout.
+
+    DALI can block forever when a reader worker dies mid-batch (inside ``multiprocessing``'s
+    ``Condition.notify``: the dead worker never wakes). Waiting here instead, in whatever thread
+    iterates, lets that thread notice the death within ``POLL_S`` and raise; and a Ctrl-C during the
+    wait leaves the request running to completion, so the loader stays consistent.
+    """
+
+    POLL_S = 0.1
+
+    def __init__(self):
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._results: queue.SimpleQueue = queue.SimpleQueue()
+        self._last = 0
+        self._thread = threading.Thread(target=self._serve, name="dali-backend-pipeline", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            request = self._requests.get()
+            if request is None:
+                return
+            rid, fn = request
+            try:
+                self._results.put((rid, True, fn()))
+            except BaseException as e:  # handed to the waiting thread
+                self._results.put((rid, False, e))
+            # between requests this thread holds nothing: a request's function is a bound method of
+            # the runner, and kept in this frame it would keep a dropped loader's pipeline, workers and
+            # shared memory alive until exit
+            request = fn = None
+
+    def submit(self, fn) -> int:
+        """Queue ``fn``; returns the request's number, which :meth:`wait` takes."""
+        self._last += 1
+        rid = self._last
+        self._requests.put((rid, fn))
+        return rid
+
+    def wait(self, rid: int, poll, deadline: float | None = None):
+        """The result of request ``rid`` (results of older requests, left by an interrupted wait, are
+        dropped); ``poll()`` runs between timeouts (it raises to give up), and at ``deadline``
+        (``time.monotonic()``) at the latest, so a timeout shorter than ``POLL_S`` is honoured."""
+        while True:
+            step = self.POLL_S if deadline is None else min(self.POLL_S, max(0.0, deadline - time.monotonic()))
+            try:
+                got, ok, value = self._results.get(timeout=step)
+            except queue.Empty:
+                poll()
+                continue
+            if got < rid:
+                continue
+            if ok:
+                return value
+            raise value
+
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Stop the thread; False if it is stuck in DALI (then its pipeline must never be destroyed)."""
+        self._requests.put(None)
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+
+_STUCK: list = []  # pipelines whose thread never came back: destroying them would hang
+
+
+class _DaliRunner:
+    """Runs the DALI pipeline over an endless slot stream and cuts it into exact epochs.
+
+    ``broken`` is set when the pipeline can no longer be trusted (DALI raised, a worker died, an
+    interruption at an unknown point); the loader then builds a new runner for the next batch or pass.
+    """
+
+    def __init__(self, dataset, batch_size: int, backend: str, device_id: int | None, num_workers: int,
+                 prefetch_queue_depth: int, hw_decoder_load: float, py_start_method: str | None, on_error: str,
+                 timeout: float = 0.0, worker_init_fn=None):
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+        from . import graph
+
+        self.dataset, self.batch_size = dataset, batch_size
+        self.backend, self.on_error, self.timeout = backend, on_error, timeout
+        self.gpu = gpu = backend == "dali-gpu"
+        self.lookahead = prefetch_queue_depth + 4  # batches written ahead of consumption
+        self.pipe = self.iterator = self._caller = self.ring = self._handoff = None
+        self.broken: BaseException | None = None
+        self.closed = False
+        self._pid = os.getpid()
+        py_start_method = choose_start_method(py_start_method)  # may refuse: before any shared memory exists
+        self.ring = SlotRing(capacity=4 * self.lookahead * batch_size)
+        source = DrawSource(dataset.reader, dataset.spec, on_error, self.ring)  # the dataset's reader: shares its cache
+        # torchrun starts one process per GPU on a node: share the node's cores between them
+        threads = num_workers if num_workers > 0 else max(1, len(os.sched_getaffinity(0)) // local_ranks()[1])
+        # Python workers only read files (checked bytes); DALI's threads decode. One reader kept up
+        # with 2 decoding threads (bench: 79.9 img/s with 1 reader, 78.6 with 2, +115 MB each).
+        readers = min(8, max(1, threads // 4))
+        if worker_init_fn is not None:
+            source = WorkerInit(source, worker_init_fn, readers)
+        try:
+            self.pipe = graph.build_pipeline(dataset.spec, source, batch_size, device="gpu" if gpu else "cpu",
+                                                device_id=device_id, num_threads=threads, py_num_workers=readers,
+                                                py_start_method=py_start_method,
+                                                prefetch_queue_depth=prefetch_queue_depth,
+                                                hw_decoder_load=hw_decoder_load, seed=dataset.seed)
+            with starting_workers():
+                self.pipe.build()
+        except BaseException:
+            self.close()
+            raise
+        pool = getattr(self.pipe, "_py_pool", None)
+        self._worker_pids = list(pool.pids()) if pool is not None and hasattr(pool, "pids") else []
+        self.iterator = DALIGenericIterator([self.pipe], ["images", "labels", "slots"], auto_reset=False,
+                                            prepare_first_batch=False)
+        self.device = torch.device("cuda", device_id) if gpu else torch.device("cpu")
+        self._queue: deque = deque()  # (key, batch_no, rows [B, 5]) written to the ring, not yet consumed
+        self._stream = None
+        self._next_slot = 0
+        self._clean_interrupt = False  # set when a Ctrl-C arrives while waiting for DALI (a safe place)
+        self._trim = EveryNth(8)  # a trim per batch also made every fresh output buffer fault in again
+        self._caller = _PipelineThread()
+        self._handoff = DeviceHandoff() if gpu else None  # DALI's GPU buffers never leave this runner
+        _LIVE_RUNNERS.add(self)
+
+    def check_workers(self) -> None:
+        """Raise :class:`LoaderWorkerError` if one of this pipeline's reader workers has died."""
+        if self.closed or os.getpid() != self._pid:
+            return
+        for pid in self._worker_pids:
+            if _process_dead(pid):
+                error = LoaderWorkerError(
+                    f"DALI's Python reader worker (pid {pid}) died (killed by a signal, crashed or out of memory); "
+                    "this pass over the data stops here, and the next one starts new workers (check the system log "
+                    "for the OOM killer)")
+                self.broken = self.broken or error
+                raise error
+
+    def _fill(self) -> None:
+        ring = self.ring
+        if ring is None:
+            raise LoaderClosedError("the DaliLoader was closed while this iterator was open")
+        while len(self._queue) < self.lookahead:
+            key, b, rows = next(self._stream)
+            slots = np.arange(self._next_slot, self._next_slot + len(rows), dtype=np.int64)
+            for slot, r in zip(slots, rows):
+                ring.write(int(slot), int(r[0]), int(r[1]), int(r[2]), int(r[3]))
+            self._next_slot += len(rows)
+            self._queue.append((key, b, np.concatenate([slots[:, None], rows], axis=1)))
+
+    # ------------------------------------------------------------------ running
+    def _produce(self):
+        """In the pipeline thread: DALI's next batch (and, on the GPU, an event marking its copy done)."""
+        out = next(self.iterator)[0]
+        if not self.gpu:
+            return out, None
+        done = torch.cuda.Event()
+        done.record(torch.cuda.current_stream(self.device))
+        return out, done
+
+    def _call(self, keep: bool = True):
+        """One batch from DALI, waited for in this thread (any thread) while watching the workers.
+
+        On the GPU a kept batch is copied into torch-owned memory on the caller's stream (see
+        :mod:`dali_backend.dali.handoff`); a batch that is dropped (``keep=False``) is not.
+        A Ctrl-C during the wait leaves DALI to finish the batch in its thread; the runner stays
+        consistent (that batch was already taken off the schedule) and the next call drops its result.
+        """
+        caller = self._caller
+        if caller is None:
+            raise LoaderClosedError("the DaliLoader was closed while this iterator was open")
+        rid = caller.submit(self._produce)
+        deadline = time.monotonic() + self.timeout if self.timeout > 0 else None
+
+        def poll():
+            self.check_workers()
+            if deadline is not None and time.monotonic() > deadline:
+                error = LoaderTimeoutError(f"DALI delivered no batch within timeout={self.timeout:g} s (slow storage? "
+                                           "raise timeout=, or 0 for none); the next pass starts a new pipeline")
+                self.broken = self.broken or error
+                raise error
+
+        try:
+            out, done = caller.wait(rid, poll, deadline)
+        except KeyboardInterrupt:
+            self._clean_interrupt = True
+            raise
+        if done is not None:  # the caller's stream (maybe not the default one) waits for DALI's work
+            torch.cuda.current_stream(self.device).wait_event(done)
+            if keep:
+                out = self._handoff.take(out)
+        return out
+
+    def _run_one(self, expected: np.ndarray, keep: bool = True):
+        self.check_workers()
+        try:
+            out = self._call(keep)
+        except (KeyboardInterrupt, LoaderWorkerError, LoaderTimeoutError):
+            raise
+        except StopIteration as e:
+            raise RuntimeError("DALI ended the stream unexpectedly; this is a bug in dali_backend, please report it") from e
+        except Exception as e:  # DALI raised: its pipeline is invalid from now on
+            self.check_workers()  # "Worker data receiving interrupted": say which worker died
+            raise _PipelineFailed(e, [expected] + [rows for _, _, rows in self._queue]) from e
+        meta = out["slots"].cpu().numpy().reshape(len(expected), -1)
+        if not np.array_equal(meta[:, :ROW], expected):
+            raise RuntimeError(f"DALI returned slots {meta[:, 0].tolist()} where {expected[:, 0].tolist()} were planned; "
+                               "this is a bug in dali_backend, please report it")
+        return out, meta[:, Col.SERVED]
+
+    def _restart(self, stream) -> None:
+        """Switch to ``stream``: batches already scheduled still run (DALI may be decoding them); drop them."""
+        stale = len(self._queue)
+        self._stream = stream
+        for _ in range(stale):
+            self._fill()  # DALI blocks on unwritten slots while it prefetches: stay ahead at all times
+            _, _, rows = self._queue.popleft()
+            self._run_one(rows, keep=False)  # the outputs of stale batches are dropped
+
+    def _guarded(self, fn, *args):
+        """Run a step; anything but a clean interruption or a bad file leaves the runner broken."""
+        if self.closed:
+            raise LoaderClosedError("the DaliLoader was closed while this iterator was open; start a new pass "
+                                    "with a new DaliLoader")
+        if self.broken is not None:
+            raise LoaderWorkerError("the DALI pipeline of this pass failed earlier; iterate the loader again "
+                                    "to start a new one") from self.broken
+        self._clean_interrupt = False
+        try:
+            return fn(*args)
+        except KeyboardInterrupt:
+            if not self._clean_interrupt:  # interrupted outside the wait for DALI: state unknown
+                self.broken = self.broken or KeyboardInterrupt()
+            raise
+        except BadImageError:
+            raise
+        except BaseException as e:
+            self.broken = self.broken or e
+            raise
+
+    def _next_batch(self):
+        self._fill()
+        _, _, expected = self._queue.popleft()
+        out, served = self._run_one(expected)
+        return expected, out, served
+
+    def run(self, key, rows: np.ndarray, plan_next):
+        """Yield ``(uint8 images, labels, planned, served, positions, epochs)`` for planned ``rows [n, 4]``.
+
+        ``key`` names the pass (``(plan id, epoch, first batch)``) when ``plan_next(epoch)`` can plan
+        the next epoch ahead (pure samplers); the batches DALI already prefetched for it are used then.
+        """
+        n_batches = -(-len(rows) // self.batch_size)
+        if key is None or not self._queue or self._queue[0][0] != key or self._queue[0][1] != 0:
+            # leftovers of a break, a resumption or a wrong guess: run and drop them
+            self._guarded(self._restart, plan_stream(key, rows, plan_next, self.batch_size))
+        labels_all = self.dataset.index.labels
+        for _ in range(n_batches):
+            if not self.gpu:  # CPU batches churn the host heap; GPU batches live in DALI's device pools
+                self._trim()  # earlier batches are gone by now: keep RSS flat
+            expected, out, served = self._guarded(self._next_batch)
+            keep = expected[:, Col.KIND] == KIND_DRAW
+            bad = np.flatnonzero(keep & (served == SERVED_BAD))
+            if bad.size:
+                raise self.bad_image(expected[bad[0]])
+            images, labels = out["images"], out["labels"].reshape(-1)
+            served = served[keep]
+            want = labels_all[served]
+            if not np.array_equal(labels[torch.from_numpy(keep).to(labels.device)].cpu().numpy(), want):
+                raise RuntimeError("labels from DALI do not match the index; this is a bug in dali_backend, please report it")
+            if not keep.all():
+                images = images[torch.from_numpy(keep).to(images.device)]
+            yield images, torch.from_numpy(want.copy()).to(self.device), expected[keep, Col.INDEX], served, \
+                expected[keep, Col.POSITION], expected[keep, Col.EPOCH]
+
+    def bad_image(self, row: np.ndarray) -> BadImageError:
+        """The error a reader worker met for the draw of slot ``row``, derived again here with its fields."""
+        _, index, epoch, position, _ = (int(v) for v in row)
+        reader = self.dataset.reader
+        try:
+            reader.serve(index, epoch, position, self.on_error, lambda j: reader.read(j, epoch))
+        except BadImageError as e:
+            return e
+        return BadImageError(reader.path(index), index, int(reader.labels[index]), epoch,
+                             "could not be read by the loader's reader process, though it reads now (did it change "
+                             "while training?)")
+
+    def close(self) -> None:
+        if os.getpid() != self._pid:
+            return  # a forked copy: the creator owns the pipeline and the shared memory
+        self.closed = True
+        _LIVE_RUNNERS.discard(self)
+        if self._caller is not None and not self._caller.stop():
+            _STUCK.append((self.pipe, self.iterator, self._caller))  # destroying them would hang this thread
+        self._caller = None
+        if self._handoff is not None:
+            self._handoff.drain()  # DALI's buffers outlive the copies made from them
+        self.iterator = None
+        self.pipe = None
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
+
+    def __del__(self):  # the runner outlives its DaliLoader while an iteration still holds it
+        try:
+            self.close()
+        except Exception:
+            pass
+
+

@@ -1,0 +1,601 @@
+""":class:`SampleIndex`: the files, their labels and the refused files, in numpy arrays; its builders."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ..errors import ConfigError, IndexBuildError, IndexFileError, ManifestError, StaleIndexError
+from ..jpeg import DEFAULT_MAX_PIXELS, check_jpeg, not_regular_reason
+from ..labelling import DEFAULT_KEYWORDS, KeywordRules
+from ..progress import track
+from ..strings import StringTable
+
+from .options import FORMAT_NAME, FORMAT_VERSION, JPEG_EXTENSIONS, Verify
+
+from .manifest import _path_as_written, _read_manifest
+from .options import _index_first, _name, _opt
+from .report import _grouped, _nothing_indexed, _reason_kind, _reject_same_file_twice, _rejected_digest
+from .store import _check_meta, _damaged, _read_index_arrays, write_atomic
+from .verify import _decode_check
+from .walk import Rejected, _Candidates, _count, _follow_symlinks_hint, _is_inside, _norm_rel, _refuse_lookalikes, _refuse_split_layout, _resolve_classes, _subdirs, _walk_jpegs
+
+from .options import _capped
+
+log = logging.getLogger("dali_backend")
+
+
+
+
+class SampleIndex:
+    """An immutable list of (file, label) samples under one root folder.
+
+    Build it with :meth:`from_folder`, :meth:`from_manifest` or :meth:`from_keywords`; save it with
+    :meth:`save` and reload it with :meth:`load` (no pickle: a ``.npz`` of plain arrays and JSON).
+
+    Attributes:
+        root: absolute data root; paths are relative to it.
+        paths: relative paths (``/``-separated), a read-only sequence of ``str``.
+        labels: int64 class ids, ``labels[i]`` indexes ``classes``.
+        classes: class names; ids are positions in this tuple.
+        sizes, mtimes: file size in bytes and mtime in ns at indexing time (int64).
+        widths, heights: image size declared by the JPEG frame header (before EXIF rotation).
+        rejected: files that were refused, each with a reason.
+        ignored: counts of files skipped on purpose, by reason (``hidden``, ``macOS ._ file``,
+            ``not .jpg/.jpeg``, ``symlink loop``).
+        ignored_files: every skipped file or folder as ``Rejected(path, reason)``, the reason one of
+            those of :attr:`ignored` (empty for an index saved before they were recorded).
+        fingerprint: SHA-256 over classes, paths, labels, sizes and mtimes.
+    """
+
+    __slots__ = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected",
+                 "ignored", "ignored_files", "fingerprint", "__weakref__")
+
+    def __init__(self, root: str | os.PathLike, paths: StringTable, labels: NDArray[np.int64],
+                 classes: Sequence[str], sizes: NDArray[np.int64], mtimes: NDArray[np.int64],
+                 widths: NDArray[np.int32], heights: NDArray[np.int32],
+                 rejected: Iterable[Rejected] = (), ignored: Mapping[str, int] | None = None,
+                 ignored_files: Iterable[Rejected] = ()):
+        n = len(paths)
+        arrays = {"labels": (labels, np.int64), "sizes": (sizes, np.int64), "mtimes": (mtimes, np.int64),
+                  "widths": (widths, np.int32), "heights": (heights, np.int32)}
+        fixed = {}
+        for name, (arr, dtype) in arrays.items():
+            a = np.array(arr, dtype=dtype, copy=True).reshape(-1)
+            if a.size != n:
+                raise ConfigError(f"SampleIndex: {name} has {_count(a.size, 'entry', 'entries')} for "
+                                  f"{_count(n, 'path')}")
+            a.flags.writeable = False
+            fixed[name] = a
+        classes = tuple(str(c) for c in classes)
+        if len(set(classes)) != len(classes):
+            raise ConfigError(f"SampleIndex: class names must be unique, got {classes}")
+        if n and (fixed["labels"].min() < 0 or fixed["labels"].max() >= len(classes)):
+            raise ConfigError(f"SampleIndex: labels must lie in [0, {len(classes) - 1}] for classes {classes}")
+        sa = object.__setattr__
+        sa(self, "root", str(Path(root).absolute()))
+        sa(self, "_paths", paths)
+        sa(self, "classes", classes)
+        for name, a in fixed.items():
+            sa(self, name, a)
+        sa(self, "rejected", tuple(rejected))
+        sa(self, "ignored", dict(ignored or {}))
+        sa(self, "ignored_files", tuple(ignored_files))
+        sa(self, "fingerprint", self._compute_fingerprint())
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"SampleIndex is immutable; cannot set {name!r} (build a new index instead)")
+
+    def __reduce__(self):  # pickling (spawned workers, deepcopy): the slots as they are, no re-validation
+        return _restore_index, (tuple(getattr(self, name) for name in _STATE_SLOTS),)
+
+    # ----------------------------------------------------------------------------------- accessors
+    @property
+    def paths(self) -> StringTable:
+        return self._paths
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        """``{class name: class id}``, as torchvision's ``ImageFolder.class_to_idx``."""
+        return {c: i for i, c in enumerate(self.classes)}
+
+    @property
+    def targets(self) -> NDArray[np.int64]:
+        """The class id of every sample, as torchvision's ``ImageFolder.targets``.
+
+        A read-only int64 numpy array (the same as :attr:`labels`), not a list: it works wherever
+        torchvision code reads ``targets`` (``len``, indexing, ``np.bincount``, ``torch.as_tensor``,
+        ``Counter``) without creating a Python object per sample.
+        """
+        return self.labels
+
+    @property
+    def samples(self) -> list[tuple[str, int]]:
+        """``[(absolute path, class id), ...]``, as torchvision's ``ImageFolder.samples``.
+
+        Built on each access (one Python tuple per sample): fine for inspection, avoid it in
+        DataLoader workers, where :meth:`abspath` and :attr:`labels` cost nothing.
+        """
+        return [(os.path.join(self.root, p), int(lab)) for p, lab in zip(self._paths, self.labels.tolist())]
+
+    def abspath(self, i: int) -> str:
+        """Absolute path of sample ``i``."""
+        return os.path.join(self.root, self._paths[i])
+
+    def class_counts(self) -> NDArray[np.int64]:
+        """Number of samples per class, in the order of :attr:`classes`."""
+        return np.bincount(self.labels, minlength=len(self.classes)).astype(np.int64)
+
+    def summary(self) -> str:
+        """Counts per class, then every rejected file with its reason and every ignored file, grouped by reason.
+
+        The first line is the one logged when the index is built (counts and a few examples); the
+        lines after it list every rejected file under its kind of reason (a file rejected several
+        times, such as a path listed on many manifest lines, once, with the count) and every
+        ignored file or folder (hidden, ``._*``, not ``.jpg``/``.jpeg``, symlink loops).
+        """
+        lines = [self._headline(listed_below=True)]
+        if self.rejected:
+            lines.append(f"rejected files ({len(self.rejected)}):")
+            lines += _grouped(self.rejected, _reason_kind, detail=True)
+        if self.ignored_files:
+            lines.append(f"ignored files ({len(self.ignored_files)}):")
+            lines += _grouped(self.ignored_files, lambda reason: reason, detail=False)
+        return "\n".join(lines)
+
+    def _headline(self, listed_below: bool = False) -> str:
+        """One line: counts per class, rejected files by kind with a few examples, ignored files by kind."""
+        counts = ", ".join(f"{c} {k}" for c, k in zip(self.classes, self.class_counts()))
+        text = (f"indexed {_count(len(self), 'file')} in {_count(len(self.classes), 'class', 'classes')} ({counts}) "
+                f"under {self.root}")
+        if self.rejected:
+            text += f"; rejected {_rejected_digest(self.rejected, listed_below)}"
+        if self.ignored:
+            text += f"; ignored {sum(self.ignored.values())} (" + ", ".join(f"{k}: {v}" for k, v in sorted(self.ignored.items())) + ")"
+        return text
+
+    def __repr__(self) -> str:
+        return f"<SampleIndex n={len(self)} classes={list(self.classes)} rejected={len(self.rejected)} root={self.root!r}>"
+
+    def _compute_fingerprint(self) -> str:
+        h = hashlib.sha256()
+        h.update(json.dumps(list(self.classes)).encode())
+        for a in (self._paths.offsets, self._paths.data, self.labels, self.sizes, self.mtimes):
+            h.update(np.ascontiguousarray(a).tobytes())
+        return h.hexdigest()
+
+    # ----------------------------------------------------------------------------------- builders
+    @classmethod
+    def from_folder(cls, root: str | os.PathLike, split: str | None = None, *, classes: Sequence[str] | None = None,
+                    verify: Verify = "header", max_pixels: int = DEFAULT_MAX_PIXELS,
+                    allow_outside_symlinks: bool = False, workers: int = 8, progress: bool | None = None) -> SampleIndex:
+        """Index ``root/<class>/**/*.jpg`` (or ``root/<split>/<class>/**`` when ``split`` is given).
+
+        Args:
+            root: data folder.
+            split: name of a split folder (``"train"``, ``"val"``); classes are then the union of the
+                class folders of every split, so the ids agree between splits. Without it, a root
+                whose sub-folders are split names (train, val, valid, validation, test, testing)
+                holding folders is refused rather than indexed with the splits as classes.
+            classes: explicit class names in id order (default: sorted folder names). A class folder
+                not in this list is an error; a listed class without a folder has no samples. Giving
+                it also turns off the split-layout check (for classes really named ``test``) and the
+                look-alike check below.
+            verify: ``"header"`` (markers, frame type and size, EXIF orientations; default),
+                ``"decode"`` (also decode every file, in colour and in gray, with libjpeg-turbo in
+                strict mode), or ``"none"`` (trust the files). Only
+                ``"decode"`` catches a scan cut short and re-terminated with an end-of-image marker
+                (it would decode with its bottom rows flat grey) or corrupt entropy data.
+            max_pixels: refuse files whose frame header declares more pixels than this.
+            allow_outside_symlinks: follow symlinks that point outside ``root`` (refused by default).
+            workers: threads used to read headers (I/O bound).
+            progress: show a progress bar (None: when stderr is a terminal).
+
+        Class folders whose names differ only in case or Unicode normalisation (``Dent`` and
+        ``dent``; ``café`` precomposed and decomposed, e.g. one copied from macOS) are refused, not
+        silently made two classes, nor silently merged: rename one folder (or move its files into the
+        other), or pass ``classes=`` naming both to keep them as two classes.
+
+        Raises:
+            IndexBuildError: no folder, a split layout without ``split=``, look-alike class folder
+                names, or no usable JPEG at all (the message says what was found instead).
+        """
+        root_path = Path(root)
+        if not root_path.is_dir():
+            raise IndexBuildError(f"data root {str(root)!r} is not a folder; pass the folder holding one sub-folder per class")
+        root_real = os.path.realpath(root_path)
+        base = root_path
+        if split is not None:
+            split_dirs = _subdirs(str(root_path))
+            if split not in split_dirs:
+                raise IndexBuildError(f"split {split!r} not found under {str(root)!r} (found: {split_dirs or 'no folders'})")
+            found = sorted(set().union(*(_subdirs(str(root_path / s)) for s in split_dirs)))
+            base = root_path / split
+        else:
+            found = _subdirs(str(root_path))
+            if classes is None:
+                _refuse_split_layout(root_path, found)
+        if classes is None:
+            keep = _opt("classes", found)
+            keep = (f"pass {keep} to keep them apart" if keep else
+                    f"to keep them apart, {_index_first(root, 'classes', found)}")
+            _refuse_lookalikes(found, lambda pairs: IndexBuildError(
+                f"class folders {pairs} under {str(root)!r} would become separate classes. Rename one folder of each "
+                f"pair (or move its files into the other), or {keep}"))
+        classes = _resolve_classes(found, classes, lambda unknown, cl: IndexBuildError(
+            f"class folders [{_capped([repr(u) for u in unknown], sep=', ')}] under {str(base)!r} are not in "
+            f"{_name('classes', cl)}; add them to it or move them out of the root"))
+        if not classes:
+            raise IndexBuildError(f"no class folders under {str(base)!r}; expected {str(base)}/<class>/*.jpg")
+        cand = _Candidates([], [], [], Counter())
+        visited = {root_real}
+        for entry in sorted(os.scandir(base), key=lambda e: e.name):
+            if not entry.is_dir():
+                rel = _norm_rel(os.path.relpath(entry.path, root_path))
+                if entry.name.lower().endswith(JPEG_EXTENSIONS) and not entry.name.startswith("."):
+                    cand.rejected.append(Rejected(rel, "not inside a class folder; move it into <root>/<class>/"))
+                else:
+                    cand.ignore(entry.name, rel)
+        for label, name in enumerate(classes):
+            folder = base / name
+            if not folder.is_dir():
+                continue
+            real = os.path.realpath(folder)
+            if not allow_outside_symlinks and not _is_inside(real, root_real):
+                cand.rejected.append(Rejected(_norm_rel(os.path.relpath(folder, root_path)),
+                                              f"class folder is a symlink leaving the data root (-> {real}); "
+                                              f"{_follow_symlinks_hint(root_path)}"))
+                continue
+            visited.add(real)
+            _walk_jpegs(str(folder), str(root_path), root_real, allow_outside_symlinks, cand, label, visited)
+        return cls._validated(root_path, cand, classes, verify, max_pixels, workers, progress)
+
+    @classmethod
+    def from_keywords(cls, root: str | os.PathLike, rules: Mapping[str, Sequence[str]] | KeywordRules = DEFAULT_KEYWORDS,
+                      *, verify: Verify = "header", max_pixels: int = DEFAULT_MAX_PIXELS,
+                      allow_outside_symlinks: bool = False, workers: int = 8, progress: bool | None = None) -> SampleIndex:
+        """Index every JPEG below ``root`` and label it by keywords in its name or folders.
+
+        Default rules (the tutorial's): ok/normal/good -> normal, scratch/scr -> scratch, dent/pit ->
+        dent. Keywords may be in any script: an ASCII keyword matches a whole word of a file or folder
+        name, any other keyword (``{"scratch": ["划痕"]}``) matches inside a name (``划痕_2024``),
+        both after NFKC normalisation and case folding; see :mod:`dali_backend.labelling` for the
+        exact rule. Files that match no class or several are put in :attr:`rejected`, never guessed.
+        """
+        kw = rules if isinstance(rules, KeywordRules) else KeywordRules(rules)
+        root_path = Path(root)
+        if not root_path.is_dir():
+            raise IndexBuildError(f"data root {str(root)!r} is not a folder")
+        root_real = os.path.realpath(root_path)
+        found = _Candidates([], [], [], Counter())
+        _walk_jpegs(str(root_path), str(root_path), root_real, allow_outside_symlinks, found, 0, {root_real})
+        cand = _Candidates([], [], found.rejected, found.ignored, found.extensions, found.ignored_files)
+        class_id = {c: i for i, c in enumerate(kw.classes)}
+        for rel in found.paths:
+            name, reason = kw.label(rel)
+            if name is None:
+                cand.rejected.append(Rejected(rel, reason or "unlabelled"))
+            else:
+                cand.paths.append(rel)
+                cand.labels.append(class_id[name])
+        return cls._validated(root_path, cand, kw.classes, verify, max_pixels, workers, progress)
+
+    @classmethod
+    def from_manifest(cls, path: str | os.PathLike, root: str | os.PathLike | None = None, split: str | None = None, *,
+                      classes: Sequence[str] | None = None, verify: Verify = "header",
+                      max_pixels: int = DEFAULT_MAX_PIXELS, workers: int = 8, progress: bool | None = None,
+                      path_column: str | None = None, label_column: str | None = None,
+                      split_column: str | None = None, encoding: str | None = None) -> SampleIndex:
+        """Index the files listed in a manifest.
+
+        Args:
+            path: a JSON object ``{"relative/path.jpg": "class", ...}`` (``.json``; a key given twice
+                is an error), or a CSV file. A CSV without a header row has the columns
+                ``path,label[,split]``. A header row is read by name: the path column may be called
+                any of :data:`PATH_COLUMNS` (``path``, ``file``, ``filename``, ``image``,
+                ``image_path``, ``filepath``, ``img``, ...), the label column any of
+                :data:`LABEL_COLUMNS` (``label``, ``class``, ``class_name``, ``target``,
+                ``category``, ...) and the optional split column any of :data:`SPLIT_COLUMNS`
+                (``split``, ``subset``, ``set``, ``fold``, ...); other columns are ignored. A first
+                row that looks like a header (no cell names a ``.jpg``/``.jpeg`` or an existing
+                file) but has none of these names is an error: pass ``path_column=`` and
+                ``label_column=``.
+            root: folder the manifest paths are relative to (default: the manifest's folder). An
+                entry resolving outside it (``../``, absolute paths elsewhere, symlinks) is refused.
+            split: keep only CSV rows whose split column equals this.
+            classes: explicit class names in id order (default: sorted labels found). A label not in
+                this list is an error. An empty label is always an error (file and line named).
+            path_column, label_column, split_column: CSV header names of the columns to use, for
+                headers with other names such as ``文件名,类别`` (the CSV must then have a header row).
+            encoding: the manifest's text encoding (default UTF-8, with or without a byte-order
+                mark), e.g. ``"gbk"`` or ``"cp1252"`` for a CSV saved by Excel on Windows. A manifest
+                that does not decode is a :class:`ManifestError` naming the line and byte offset.
+
+        Files written on Windows read as they are: a byte-order mark and CRLF line ends are fine,
+        and a path written with backslashes (``scratch\\img1.jpg``) names ``scratch/img1.jpg`` when
+        no file is named with the backslash itself (on POSIX, where ``\\`` may be part of a name).
+        A path with spaces around it is used exactly as written when that file exists (a file may
+        really be named `` lead.jpg``), else without them (``a.jpg, ok``). Labels are stripped;
+        labels that differ only in case or Unicode normalisation (``Dent`` and ``dent``) are an
+        error unless ``classes=`` names both. A CSV error (an unclosed quote) names its line.
+        """
+        mpath = Path(path)
+        root_path = Path(root) if root is not None else mpath.parent
+        if not root_path.is_dir():
+            raise ManifestError(f"manifest root {str(root_path)!r} is not a folder; pass {_opt('root')} the folder the "
+                                "paths are relative to")
+        rows = _read_manifest(mpath, split, root_path, path_column, label_column, split_column, encoding)
+        root_real = os.path.realpath(root_path)
+        outside = []
+        cand = _Candidates([], [], [], Counter())
+        seen: dict[str, tuple[str, str]] = {}
+        entries = []
+        normalised: dict[str, str] = {}  # rel as written -> rel_norm: a repeated line costs no realpath()
+        root_abs = os.path.abspath(root_path)
+        for where, written, label in rows:
+            rel_norm = normalised.get(written)
+            if rel_norm is None:
+                rel = _path_as_written(root_path, written)
+                full = rel if os.path.isabs(rel) else os.path.join(root_path, rel)
+                real = os.path.realpath(full)
+                if not _is_inside(real, root_real):
+                    outside.append(f"{where}: {rel!r} -> {real}")
+                    continue
+                rel_norm = normalised[written] = _norm_rel(os.path.relpath(os.path.abspath(full), root_abs))
+            if rel_norm in seen:
+                first_where, first_label = seen[rel_norm]
+                what = "conflicting label " + repr(label) + " vs " + repr(first_label) if label != first_label else "duplicate"
+                cand.rejected.append(Rejected(rel_norm, f"{what}: listed again at {where} (first at {first_where})"))
+                continue
+            seen[rel_norm] = (where, label)
+            entries.append((rel_norm, label))
+        if outside:
+            shown = _capped(outside)
+            raise ManifestError(f"{mpath}: {_count(len(outside), 'entry resolves', 'entries resolve')} outside the root "
+                                f"{root_real!r} ({shown}). "
+                                f"Remove {'it' if len(outside) == 1 else 'them'} or pass {_opt('root')} a folder that "
+                                f"contains {'it' if len(outside) == 1 else 'them'}")
+        labels_found = sorted({lab for _, lab in entries})
+        if classes is None:
+            _refuse_lookalikes(labels_found, lambda pairs: ManifestError(
+                f"{mpath}: labels {pairs} would become separate classes. Spell each class one way in the manifest, "
+                f"or pass {_opt('classes', labels_found)} to keep them apart"))
+        classes = _resolve_classes(labels_found, classes, lambda unknown, cl: ManifestError(
+            f"{mpath}: labels {_capped([repr(u) for u in unknown], sep=', ')} are not in {_name('classes', cl)}; add "
+            "them or fix the manifest"))
+        class_id = {c: i for i, c in enumerate(classes)}
+        for rel, lab in entries:
+            cand.paths.append(rel)
+            cand.labels.append(class_id[lab])
+        if not classes:
+            raise ManifestError(f"{mpath}: no entries" + (f" for split {split!r}" if split else ""))
+        return cls._validated(root_path, cand, classes, verify, max_pixels, workers, progress)
+
+    @classmethod
+    def _validated(cls, root: Path, cand: _Candidates, classes: Sequence[str], verify: Verify, max_pixels: int,
+                   workers: int, progress: bool | None) -> SampleIndex:
+        if verify not in ("header", "decode", "none"):
+            raise ConfigError(f"verify={verify!r}; use 'header' (default), 'decode' or 'none'")
+        if max_pixels <= 0:
+            raise ConfigError(f"max_pixels={max_pixels}; must be a positive pixel count (default {DEFAULT_MAX_PIXELS})")
+        root_s = str(root)
+        n = len(cand.paths)
+        decode = verify == "decode"
+
+        def check(rel: str) -> tuple[str | None, int, int, int, int, tuple]:
+            full = os.path.join(root_s, rel)
+            try:
+                st = os.stat(full)  # follows symlinks; opens nothing
+            except FileNotFoundError:
+                return "missing file", 0, 0, 0, 0, ()
+            except OSError as e:
+                return f"unreadable ({type(e).__name__}: {e.strerror or e})", 0, 0, 0, 0, ()
+            size, mtime = st.st_size, st.st_mtime_ns
+            identity = (st.st_dev, st.st_ino) if st.st_ino else (os.path.realpath(full),)
+            reason = not_regular_reason(st.st_mode)  # a FIFO would block the first open() forever
+            if reason or verify == "none":
+                return reason, size, mtime, 0, 0, identity
+            res = check_jpeg(full, max_pixels)
+            if res.reason is None and decode:
+                reason = _decode_check(full)
+                if reason:
+                    return reason, size, mtime, res.width, res.height, identity
+            return res.reason, size, mtime, res.width, res.height, identity
+
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            results = list(track(pool.map(check, cand.paths), total=n, desc="indexing", enabled=progress))
+        reasons = [r[0] for r in results]
+        _reject_same_file_twice(cand, classes, reasons, [r[5] for r in results])
+        keep = [i for i, r in enumerate(reasons) if r is None]
+        rejected = list(cand.rejected) + [Rejected(cand.paths[i], r) for i, r in enumerate(reasons) if r is not None]
+        rejected.sort(key=lambda r: r.path)
+        if not keep:
+            raise IndexBuildError(_nothing_indexed(root, cand, rejected))
+        cols = np.array([r[1:5] for r in results], dtype=np.int64).reshape(-1, 4)[keep]
+        index = cls(root, StringTable.from_strings(cand.paths[i] for i in keep), np.asarray(cand.labels, np.int64)[keep],
+                    classes, cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], rejected, cand.ignored,
+                    sorted(cand.ignored_files, key=lambda r: r.path))
+        log.info("%s", index._headline())
+        empty = [c for c, k in zip(index.classes, index.class_counts()) if k == 0]
+        if empty:
+            log.warning("classes with no samples: %s", empty)
+        return index
+
+    # ----------------------------------------------------------------------------------- derived
+    def subset(self, positions: Sequence[int] | NDArray[np.int64]) -> SampleIndex:
+        """A new index holding the samples at ``positions`` (same root and classes; rejects kept)."""
+        pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+        if pos.size and (pos.min() < 0 or pos.max() >= len(self)):
+            raise ConfigError(f"subset positions must lie in [0, {len(self) - 1}]")
+        return SampleIndex(self.root, self._paths.take(pos), self.labels[pos], self.classes, self.sizes[pos],
+                           self.mtimes[pos], self.widths[pos], self.heights[pos], self.rejected, self.ignored,
+                           self.ignored_files)
+
+    def split(self, val_fraction: float, seed: int = 0, *, stratify: bool = False) -> tuple[SampleIndex, SampleIndex]:
+        """Split into ``(train, val)`` deterministically.
+
+        Every file gets a key, a hash of (seed, relative path) uniform in [0, 1).
+
+        * ``stratify=False`` (default): a file is in val when its key is below ``val_fraction``. Its
+          side depends on nothing else, so a file keeps its side when others are added or removed;
+          but each file is an independent draw, so a class gets ``val_fraction`` of its files only in
+          expectation: the count is binomial (a class of 20 files at 0.2 gets 4 on average, and 6 or
+          more, 30 %, about one time in five).
+        * ``stratify=True``: each class gets exactly ``val_fraction`` of its files in val, rounded to
+          the nearest count (half up): the files with the smallest keys. Deterministic for a seed;
+          when a class grows, only files near its boundary can change sides.
+
+        Raises:
+            ConfigError: ``val_fraction`` outside [0, 1].
+        """
+        if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float, np.floating)) or \
+                not 0.0 <= val_fraction <= 1.0:
+            raise ConfigError(f"val_fraction={val_fraction!r}; must be a number in [0, 1], e.g. 0.2")
+        u = split_keys(self._paths, seed)
+        if stratify:
+            val = np.zeros(len(self), dtype=bool)
+            for c in range(len(self.classes)):
+                members = np.flatnonzero(self.labels == c)
+                k = int(np.floor(members.size * float(val_fraction) + 0.5))
+                # smallest keys; ties (never in practice) broken by position, so the result is deterministic
+                val[members[np.lexsort((members, u[members]))[:k]]] = True
+        else:
+            val = u < val_fraction
+        return self.subset(np.flatnonzero(~val)), self.subset(np.flatnonzero(val))
+
+    # ----------------------------------------------------------------------------------- checks
+    def changed_files(self, positions: Iterable[int] | None = None) -> list[tuple[str, str]]:
+        """``(path, what changed)`` for files whose size or mtime differ from indexing time, or are gone."""
+        out = []
+        for i in range(len(self)) if positions is None else positions:
+            full = self.abspath(i)
+            try:
+                st = os.stat(full)  # never opens the file
+            except OSError:
+                out.append((self._paths[i], "missing"))
+                continue
+            size, mtime = st.st_size, st.st_mtime_ns
+            reason = not_regular_reason(st.st_mode)
+            if reason:
+                out.append((self._paths[i], reason))
+            elif size != self.sizes[i]:
+                out.append((self._paths[i], f"size {self.sizes[i]} -> {size} bytes"))
+            elif mtime != self.mtimes[i]:
+                out.append((self._paths[i], "modified (mtime changed)"))
+        return out
+
+    # ----------------------------------------------------------------------------------- persistence
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the index to ``path`` (a ``.npz`` of plain arrays; no pickle). Atomic.
+
+        The file is written under a new temporary name next to ``path`` and renamed over it, so a
+        reader sees the old index or the new one, never a part (see :func:`write_atomic`). A ``path``
+        that exists and is not a regular file (a folder, FIFO, socket, or a device such as
+        ``/dev/null``) is refused and left as it is; a symlink to a file has that file replaced.
+        Names that are not UTF-8 on disk round-trip: paths keep their bytes, and the metadata is
+        ASCII JSON (lone surrogates escaped).
+
+        Raises:
+            OutputFileError: ``path`` is not a regular file, or writing failed (disk full,
+                permissions); the message names ``path``, and no temporary file is left behind.
+        """
+        meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "root": self.root, "classes": list(self.classes),
+                "rejected": [[r.path, r.reason] for r in self.rejected], "ignored": self.ignored,
+                "ignored_files": [[r.path, r.reason] for r in self.ignored_files], "fingerprint": self.fingerprint}
+        arrays = {"path_data": self._paths.data, "path_offsets": self._paths.offsets, "labels": self.labels,
+                  "sizes": self.sizes, "mtimes": self.mtimes, "widths": self.widths, "heights": self.heights,
+                  "meta": np.frombuffer(json.dumps(meta).encode("ascii"), dtype=np.uint8)}
+        write_atomic(path, lambda f: np.savez(f, **arrays), what="index file")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, root: str | os.PathLike | None = None,
+             check: Literal["stat", "none"] = "stat") -> SampleIndex:
+        """Read an index written by :meth:`save`.
+
+        Args:
+            path: the index file.
+            root: data root to use instead of the saved one (the data moved; CLI ``--root``).
+            check: ``"stat"`` compares every file's size and mtime with indexing time and raises
+                :class:`StaleIndexError` listing the changed files; ``"none"`` skips that (CLI
+                ``--no-check``).
+
+        Raises:
+            IndexFileError: the file is missing, not an index, or damaged (rebuild it).
+            StaleIndexError: ``check="stat"`` found changed or missing files; when most are
+                missing, the message says to pass ``root=`` (the data moved).
+        """
+        if check not in ("stat", "none"):
+            raise ConfigError(f"check={check!r}; use 'stat' (default) or 'none'")
+        arrays = _read_index_arrays(path)
+        try:
+            meta = json.loads(arrays["meta"].tobytes().decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise _damaged(path, f"its metadata is not JSON ({type(e).__name__})") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME or meta.get("version") != FORMAT_VERSION:
+            got = (meta.get("format"), meta.get("version")) if isinstance(meta, dict) else (None, None)
+            raise IndexFileError(f"{path}: format {got[0]!r} version {got[1]!r}; "
+                                 f"this library reads {FORMAT_NAME!r} version {FORMAT_VERSION}. Rebuild the index")
+        _check_meta(path, meta)
+        n = arrays["labels"].size  # every per-sample array has n entries (checked before reading)
+        offsets, data = arrays["path_offsets"], arrays["path_data"]
+        if offsets.size != n + 1 or offsets[0] != 0 or offsets[-1] != data.size or np.any(np.diff(offsets) < 0):
+            raise _damaged(path, f"path offsets are inconsistent ({offsets.size} offsets for {n} samples and "
+                                 f"{data.size} bytes of path data)")
+        try:
+            index = cls(root if root is not None else meta["root"], StringTable(data, offsets), arrays["labels"],
+                        meta["classes"], arrays["sizes"], arrays["mtimes"], arrays["widths"], arrays["heights"],
+                        [Rejected(p, r) for p, r in meta["rejected"]], meta["ignored"],
+                        [Rejected(p, r) for p, r in meta.get("ignored_files", [])])
+        except ValueError as e:  # ConfigError: labels out of range, duplicate class names
+            raise _damaged(path, str(e)) from None
+        if index.fingerprint != meta["fingerprint"]:
+            raise IndexFileError(f"{path}: contents do not match the saved fingerprint (file edited or corrupt); rebuild it")
+        if check == "stat":
+            changed = index.changed_files()
+            if changed:
+                shown = _capped([f"{p}: {w}" for p, w in changed])
+                text = f"{path}: {len(changed)} of {len(index)} files changed since indexing ({shown}). "
+                missing = sum(w == "missing" for _, w in changed)
+                if missing * 2 > len(index) or not os.path.isdir(index.root):
+                    text += (f"{missing} of {len(index)} files are missing under {index.root!r}: if the data moved, "
+                             "pass root='NEW/LOCATION' to SampleIndex.load (CLI: --root NEW/LOCATION). Otherwise ")
+                fix = "rebuild the index, or pass check='none' to SampleIndex.load (CLI: --no-check) to use it anyway"
+                raise StaleIndexError(text + (fix if text.endswith("Otherwise ") else fix[0].upper() + fix[1:]))
+        return index
+
+
+
+
+_STATE_SLOTS = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected", "ignored",
+                "ignored_files", "fingerprint")
+
+
+def _restore_index(values: tuple) -> SampleIndex:
+    index = SampleIndex.__new__(SampleIndex)
+    for name, value in zip(_STATE_SLOTS, values):
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+        object.__setattr__(index, name, value)
+    return index
+
+
+def split_keys(paths: Iterable[str], seed: int) -> NDArray[np.float64]:
+    """A uniform number in [0, 1) per path, a pure function of (seed, path)."""
+    prefix = f"{int(seed)}\0".encode()
+    return np.array([int.from_bytes(hashlib.blake2b(prefix + p.encode("utf-8", "surrogateescape"), digest_size=8).digest(), "little")
+                     for p in paths], dtype=np.float64) / 2.0**64
+
+

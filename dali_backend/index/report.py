@@ -1,0 +1,119 @@
+"""What an index tells a person: rejected and ignored files grouped by reason."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .options import NOT_JPEG
+
+from .options import _opt
+from .walk import Rejected, _Candidates
+
+from .options import _capped
+
+
+
+
+
+def _reason_kind(reason: str) -> str:
+    """The kind of a rejection reason, without its per-file details (for summaries)."""
+    for prefix, kind in (("same file as", "same file under two labels"), ("duplicate", "duplicate"),
+                         ("conflicting label", "conflicting label")):
+        if reason.startswith(prefix):
+            return kind
+    return reason.split(" (")[0].split(";")[0].split(":")[0]
+
+
+def _short(reason: str) -> str:
+    return reason if len(reason) <= 120 else reason[:117] + "..."
+
+
+def _rejected_digest(rejected: Sequence[Rejected], listed_below: bool = False) -> str:
+    """``N (kind: count, ...; e.g. path: reason, ...)`` with a handful of kinds and examples."""
+    kinds = Counter(_reason_kind(r.reason) for r in rejected).most_common()
+    text = _capped([f"{k}: {v}" for k, v in kinds], sep=", ")
+    examples = _capped([f"{r.path}: {_short(r.reason)}" for r in rejected[:3]] + [""] * max(0, len(rejected) - 3), 3)
+    if listed_below and len(rejected) > 3:
+        examples += ", all listed below"
+    return f"{len(rejected)} ({text}; e.g. {examples})"
+
+
+def _grouped(entries: Sequence[Rejected], kind_of: Callable[[str], str], detail: bool) -> list[str]:
+    """Lines listing every distinct path of ``entries`` under its kind of reason (kinds by count).
+
+    A path that appears several times in one kind (a file listed on many manifest lines) is listed
+    once with its first reason and the count. ``detail``: show the reason after the path when it
+    says more than the kind.
+    """
+    groups: dict[str, dict[str, list[str]]] = {}
+    for r in entries:
+        groups.setdefault(kind_of(r.reason), {}).setdefault(r.path, []).append(r.reason)
+    lines = []
+    for kind, paths in sorted(groups.items(), key=lambda kv: (-sum(map(len, kv[1].values())), kv[0])):
+        lines.append(f"  {kind} ({sum(map(len, paths.values()))}):")
+        for path, reasons in paths.items():
+            line = f"    {path}"
+            if detail and reasons[0] != kind:
+                line += f": {_short(reasons[0])}"
+            if len(reasons) > 1:
+                line += f" (and {len(reasons) - 1} more time{'s' if len(reasons) > 2 else ''})"
+            lines.append(line)
+    return lines
+
+
+def _reject_same_file_twice(cand: _Candidates, classes: Sequence[str], reasons: list[str | None],
+                            identities: list[tuple]) -> None:
+    """Set a reason on candidates that are one file reached by two paths (symlinks, hard links).
+
+    Under two labels, every path to the file is rejected (one image cannot have two labels); in one
+    class, the first path (in candidate order) is kept and the others are reported as duplicates.
+    """
+    groups: dict[tuple, list[int]] = {}
+    for i, (reason, ident) in enumerate(zip(reasons, identities)):
+        if reason is None and ident:
+            groups.setdefault(ident, []).append(i)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        if len({cand.labels[i] for i in members}) > 1:
+            for i in members:
+                others = [j for j in members if cand.labels[j] != cand.labels[i]]
+                j = others[0]
+                more = f" and {len(others) - 1} more" if len(others) > 1 else ""
+                reasons[i] = (f"same file as {cand.paths[j]} (class {classes[cand.labels[j]]}){more}: one image cannot "
+                              "have two labels; remove one link")
+        else:
+            first = members[0]
+            for i in members[1:]:
+                reasons[i] = (f"duplicate: same file as {cand.paths[first]} (class {classes[cand.labels[first]]}), "
+                              "indexed once; remove the extra link")
+
+
+def _nothing_indexed(root: Path, cand: _Candidates, rejected: Sequence[Rejected]) -> str:
+    """The error text for an index with no samples: what was found instead."""
+    where = f"under {str(root)!r}"
+    if rejected:
+        n = len(rejected)
+        text = f"no usable JPEG files {where}: {n} file{'s' if n != 1 else ''} rejected ({_rejected_digest(rejected).split(' (', 1)[1]}"
+    else:
+        text = f"no JPEG files {where}"
+        if cand.extensions:
+            top = cand.extensions.most_common(3)
+            parts = [f"{k} {ext[1:].upper() if ext else 'extension-less'} file{'s' if k != 1 else ''}" for ext, k in top]
+            other = sum(cand.extensions.values()) - sum(k for _, k in top)
+            if other:
+                parts.append(f"{other} other file{'s' if other != 1 else ''}")
+            text += ": " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])
+            text += " ignored (only .jpg/.jpeg is supported)"
+    hidden = {k: v for k, v in cand.ignored.items() if k != NOT_JPEG}
+    if hidden:
+        text += "; also skipped: " + ", ".join(f"{k}: {v}" for k, v in sorted(hidden.items()))
+    if rejected and all(r.reason == "missing file" for r in rejected):
+        how = _opt("root")
+        return text + (f". No listed file exists under {str(root)!r}: the manifest's paths must be relative to it"
+                       + (f" (pass {how} the folder they are relative to)" if how else ""))
+    return text + (". Fix or remove the rejected files" if rejected else ". Check the path, or convert the images to JPEG")
+
+

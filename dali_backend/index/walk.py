@@ -1,0 +1,203 @@
+"""Walking a data root: candidate files, what is ignored or refused, split layouts and class names."""
+
+from __future__ import annotations
+
+import os
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import IndexBuildError
+
+from .options import JPEG_EXTENSIONS, NOT_JPEG, PACKAGE_FILES
+
+from .options import _index_first, _opt
+
+from .options import _capped
+
+
+
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A file that is not in the index, and why. ``path`` is relative to the index root."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class _Candidates:
+    """Files proposed for the index before validation."""
+
+    paths: list[str]
+    labels: list[int]
+    rejected: list[Rejected]
+    ignored: Counter
+    extensions: Counter = field(default_factory=Counter)  # non-JPEG files by extension, for error messages
+    ignored_files: list[Rejected] = field(default_factory=list)  # (path, kind) of every ignored entry
+
+    def ignore(self, name: str, rel: str) -> None:
+        """Count and record a non-sample entry ``name`` at ``rel`` (hidden, ``._*``, other extension);
+        package files are skipped."""
+        if name in PACKAGE_FILES:
+            return
+        if name.startswith("._"):
+            kind = "macOS ._ file"
+        elif name.startswith("."):
+            kind = "hidden"
+        else:
+            kind = NOT_JPEG
+            self.extensions[os.path.splitext(name)[1].lower()] += 1
+        self.skip(rel, kind)
+
+    def skip(self, rel: str, kind: str) -> None:
+        """Record ``rel`` as ignored for reason ``kind``."""
+        self.ignored[kind] += 1
+        self.ignored_files.append(Rejected(rel, kind))
+
+
+def _count(n: int, word: str, plural: str | None = None) -> str:
+    """``n`` and ``word``, in the plural unless ``n`` is 1: ``1 file``, ``2 files``, ``3 entries``."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
+def _norm_rel(rel: str) -> str:
+    return rel.replace(os.sep, "/")
+
+
+def _is_inside(path: str, root_real: str) -> bool:
+    return path == root_real or path.startswith(root_real.rstrip(os.sep) + os.sep)
+
+
+def _sorted_entries(folder: str, root: str, cand: _Candidates) -> list[os.DirEntry]:
+    try:
+        with os.scandir(folder) as it:
+            return sorted(it, key=lambda e: e.name)
+    except OSError as e:
+        cand.rejected.append(Rejected(_norm_rel(os.path.relpath(folder, root)), f"unreadable folder ({e.strerror or e})"))
+        return []
+
+
+def _walk_jpegs(top: str, root: str, root_real: str, allow_outside_symlinks: bool, cand: _Candidates, label: int,
+                visited: set[str]) -> None:
+    """Append every JPEG below ``top`` (sorted, depth first) to ``cand`` with ``label``.
+
+    Paths are made relative to ``root`` (as the user gave it); containment is checked on ``root_real``.
+    Iterative (an explicit stack of folder listings), so folder depth is not bounded by Python's
+    recursion limit. Nothing is opened here: entries are classified by ``stat`` only.
+    """
+    # (listing, real path of the folder listed): a plain sub-folder's real path is its parent's plus
+    # its name, so only symlinks pay for realpath() (which is O(depth) per call).
+    stack = [(iter(_sorted_entries(top, root, cand)), os.path.realpath(top))]
+    while stack:
+        listing, folder_real = stack[-1]
+        entry = next(listing, None)
+        if entry is None:
+            stack.pop()
+            continue
+        name = entry.name
+        rel = _norm_rel(os.path.relpath(entry.path, root))
+        if name.startswith("."):
+            cand.ignore(name, rel)
+            continue
+        target = os.path.join(folder_real, name)
+        if entry.is_symlink():
+            target = os.path.realpath(entry.path)
+            if not os.path.exists(target):
+                cand.rejected.append(Rejected(rel, f"broken symlink (-> {os.readlink(entry.path)})"))
+                continue
+            if not allow_outside_symlinks and not _is_inside(target, root_real):
+                cand.rejected.append(Rejected(rel, f"symlink leaves the data root (-> {target}); "
+                                                   f"{_follow_symlinks_hint(root)}"))
+                continue
+        if entry.is_dir(follow_symlinks=True):
+            if target in visited:
+                cand.skip(rel, "symlink loop")
+                continue
+            visited.add(target)
+            stack.append((iter(_sorted_entries(entry.path, root, cand)), target))
+        elif name.lower().endswith(JPEG_EXTENSIONS):
+            cand.paths.append(rel)
+            cand.labels.append(label)
+        else:
+            cand.ignore(name, rel)
+
+
+def _follow_symlinks_hint(root: str | os.PathLike) -> str:
+    """How to follow a symlink that leaves the data root, for whoever called."""
+    flag = _opt("allow_outside_symlinks", True)
+    return f"pass {flag} to follow it" if flag else f"to follow it, {_index_first(root, 'allow_outside_symlinks', True)}"
+
+
+def _subdirs(path: str) -> list[str]:
+    return sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
+
+
+SPLIT_FOLDERS = frozenset({"train", "training", "val", "valid", "validation", "test", "testing"})
+
+
+def _refuse_split_layout(root: Path, found: Sequence[str]) -> None:
+    """Raise IndexBuildError if ``root`` holds split folders (``train/<class>/``) instead of classes."""
+    splits = {name: _subdirs(str(root / name)) for name in found if name.lower() in SPLIT_FOLDERS}
+    splits = {name: sub for name, sub in splits.items() if sub}
+    if not splits:
+        return
+    first = sorted(splits)[0] if "train" not in splits else "train"
+    shown = "; ".join(f"{name}/ holds {_capped(sub, 3, ', ')}" for name, sub in sorted(splits.items()))
+    split, as_root, classes = _opt("split", first), _opt("root", str(root / first)), _opt("classes", sorted(found))
+    if split:
+        fix = f"Pass {split} to index one split" + (f", or pass {as_root}" if as_root else "")
+    else:
+        fix = "To index one split, " + (f"pass {as_root}, or " if as_root else "") + _index_first(root, "split", first)
+    fix += (f". If these really are classes, pass {classes}" if classes else
+            f". If these really are classes, {_index_first(root, 'classes', sorted(found))}")
+    raise IndexBuildError(
+        f"{str(root)!r} looks like a split layout, not one folder per class ({shown}); indexing it would take "
+        f"{', '.join(repr(n) for n in sorted(splits))} as class names. {fix}")
+
+
+def _caseless(name: str) -> str:
+    """``name`` folded for comparison regardless of case and Unicode normalisation (canonical caseless)."""
+    return unicodedata.normalize("NFD", unicodedata.normalize("NFD", name).casefold())
+
+
+def _spelling(name: str) -> str:
+    """``name`` quoted, with its code points spelled out when it is not ASCII (NFC and NFD look alike)."""
+    return repr(name) if name.isascii() else f"{name!r} = {ascii(name)}"
+
+
+def _refuse_lookalikes(names: Sequence[str], error: Callable[[str], Exception]) -> None:
+    """Raise ``error(pairs)`` if two of ``names`` differ only in case or Unicode normalisation.
+
+    ``café`` written precomposed (NFC) and decomposed (NFD, as macOS and some tools write it), or
+    ``Dent`` and ``dent``, are one class to a person but two to a program; silently splitting a class
+    in two skews every class balance, so it is refused and the user decides.
+    """
+    first: dict[str, str] = {}
+    pairs = []
+    for name in names:
+        other = first.setdefault(_caseless(name), name)
+        if other != name:
+            same_form = unicodedata.normalize("NFC", other) == unicodedata.normalize("NFC", name)
+            what = "Unicode normalisation" if same_form else "case" if other.casefold() == name.casefold() else \
+                "case and Unicode normalisation"
+            pairs.append(f"{_spelling(other)} and {_spelling(name)} (differ only in {what})")
+    if pairs:
+        raise error(_capped(pairs))
+
+
+def _resolve_classes(found: Sequence[str], classes: Sequence[str] | None, error) -> list[str]:
+    """``classes`` as given (every found name must be in it), or the sorted found names."""
+    if classes is None:
+        return list(found)
+    classes = list(classes)
+    unknown = sorted(set(found) - set(classes))
+    if unknown:
+        raise error(unknown, classes)
+    return classes
+
+
