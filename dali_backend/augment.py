@@ -16,7 +16,6 @@ import numpy as np
 
 from .errors import ConfigError
 from .transforms import Clahe, ColorJitter, Grayscale, Normalize, RandomRotation, Resize, ToDtype, Transform
-from .transforms.base import AUG_STREAM as _AUG_STREAM
 from .transforms.base import Param, uniforms
 from .transforms.geometry import letterbox_size
 
@@ -431,11 +430,10 @@ def draw_params(spec: AugmentSpec, seed: int, epoch: int, position: int) -> AugP
     if spec.ops is not None:
         raise ConfigError("draw_params describes the preset's three numbers; for an operation list use "
                           "spec.make_params(seed, epoch, position, image_size)")
-    if not spec.is_random:
-        return IDENTITY
-    u = np.random.default_rng([_AUG_STREAM, int(seed), int(epoch), int(position)]).random(3)
-    angle = (2.0 * u[0] - 1.0) * spec.rotate_deg
-    b = 1.0 + (2.0 * u[1] - 1.0) * spec.brightness
-    c = 1.0 + (2.0 * u[2] - 1.0) * spec.contrast
-    # float32 values: what the DALI operators receive, so both backends use identical numbers.
-    return AugParams(float(np.float32(angle)), float(np.float32(b)), float(np.float32(c)))
+    # the preset's list ends with RandomRotation and ColorJitter: their own parameters, read (one function
+    # draws them all: Transform.make_params), as float32 values, what the DALI operators receive
+    rotation, jitter = spec.transforms[-2:]
+    offsets = spec._offsets[-2:]  # type: ignore[attr-defined]
+    angle = rotation.make_params(seed, epoch, position, None, offsets[0])["angle"]
+    bc = jitter.make_params(seed, epoch, position, None, offsets[1])
+    return AugParams(float(angle), float(bc.get("brightness", 1.0)), float(bc.get("contrast", 1.0)))
