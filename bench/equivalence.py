@@ -213,23 +213,14 @@ def operation_checks(device: str = "cpu", images: list[np.ndarray] | None = None
     }
 
 
-# One or more instances per registered operation (tests/test_transforms.py fails for an operation
-# missing here: adding an operation means adding its examples, nothing else in this harness).
-EXAMPLES: dict[str, list] = {
-    "Resize": ["Resize((40, 56))", "Resize(32)", "Resize((48, 64), letterbox=True)", "Resize(24, max_size=30)"],
-    "CenterCrop": ["CenterCrop(24)", "CenterCrop((300, 9))"],
-    "RandomCrop": ["RandomCrop(24, padding=4)", "RandomCrop(32, pad_if_needed=True, fill=7)"],
-    "RandomResizedCrop": ["RandomResizedCrop(32)", "RandomResizedCrop((24, 40), scale=(0.5, 1.0))"],
-    "RandomHorizontalFlip": ["RandomHorizontalFlip()"],
-    "RandomVerticalFlip": ["RandomVerticalFlip()"],
-    "RandomRot90": ["RandomRot90()"],
-    "RandomRotation": ["RandomRotation(30)", "RandomRotation((-20, 40), fill=9)"],
-    "ColorJitter": ["ColorJitter(0.4, 0.4, 0.4, 0.1)", "ColorJitter(brightness=0.2)"],
-    "GaussianBlur": ["GaussianBlur(5, (0.5, 2.0))", "GaussianBlur((3, 7), 1.5)"],
-    "Clahe": ["Clahe()", "Clahe(3.0, (4, 6))"],
-    # realised outside the per-sample graph: checked by op:decode (gray decode) and shared batch code
-    "Grayscale": [], "Normalize": [], "ToDtype": [],
-}
+def _examples() -> dict[str, list[str]]:
+    """Each registered operation's examples, as its class declares them (``Transform.EXAMPLES``)."""
+    from dali_backend.transforms import REGISTRY
+
+    return {name: list(cls.EXAMPLES) for name, cls in REGISTRY.items()}
+
+
+EXAMPLES: dict[str, list[str]] = _examples()
 
 
 def example_ops(name: str) -> list:

@@ -19,11 +19,9 @@ import preset_reference
 from fallback import ImageDataset, ops
 
 GOAL_MEAN, GOAL_P999 = 0.05, 2.0
-# What each operation reaches, DALI (CPU) against the fallback, in uint8 levels (README table).
-TOLERANCE = {  # name: max |diff|
-    "Resize": 1, "CenterCrop": 0, "RandomCrop": 0, "RandomResizedCrop": 1, "RandomHorizontalFlip": 0,
-    "RandomVerticalFlip": 0, "RandomRot90": 0, "RandomRotation": 1, "ColorJitter": 0, "GaussianBlur": 1, "Clahe": 0,
-}
+# What each operation reaches, DALI (CPU) against the fallback, in uint8 levels: declared on its class
+# (Transform.TOLERANCE), published in the README's table (test_readme_table_matches_the_registry).
+TOLERANCE = {name: cls.TOLERANCE for name, cls in T.REGISTRY.items() if cls.TOLERANCE is not None}
 CASES = [(name, k) for name in sorted(T.REGISTRY) for k in range(len(EXAMPLES.get(name, [])))]
 
 
@@ -351,3 +349,21 @@ def test_from_torchvision_reports_unreadable_arguments_and_keeps_antialias():
     assert spec_ops[0].antialias is False
     with pytest.raises(ConfigError, match=r"\[0\] Resize .*\[1\] CenterCrop"):
         AugmentSpec.from_torchvision([Resize(), CenterCrop()])
+
+
+def test_readme_table_matches_the_registry():
+    """The README's per-operation table names every operation with its declared tolerance (its max column),
+    so adding an operation means its class (examples, tolerance) and one README row, nothing else."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    head = "| operation | mean abs diff (worst example) | max |"
+    rows = text[text.index(head):].split("\n\n", 1)[0].splitlines()[2:]
+    listed = {}
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        for name in cells[0].split("(")[0].replace(",", " ").split():
+            listed[name] = cells[-1]
+    for name, tolerance in TOLERANCE.items():
+        assert name in listed, f"README: add {name} to the per-operation table"
+        assert listed[name] == str(tolerance), f"README says max {listed[name]} for {name}, its class {tolerance}"

@@ -169,6 +169,12 @@ class Transform:
     NEEDS_SIZE: ClassVar[bool] = False
     WHOLE_IMAGE: ClassVar[bool] = False
     CONDITIONALS: ClassVar[bool] = False  # its DALI fragment branches per sample (DALI conditionals)
+    # Declared with each operation, read by the equivalence harness (bench.equivalence), the tests and the
+    # README check: instances to compare the backends on (constructor calls, evaluated in
+    # dali_backend.transforms), and the largest difference in uint8 levels DALI's CPU operators may
+    # show against the fallback (None: realised outside the per-sample graph, nothing to compare).
+    EXAMPLES: ClassVar[tuple[str, ...]] = ()
+    TOLERANCE: ClassVar[int | None] = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -53,6 +53,9 @@ class ColorJitter(Transform):
     ``U(-hue, hue)`` turns) or a pair in [-0.5, 0.5]. See the module docstring for the formulas.
     Saturation and hue leave gray images unchanged."""
 
+    EXAMPLES = ("ColorJitter(0.4, 0.4, 0.4, 0.1)", "ColorJitter(brightness=0.2)")
+    TOLERANCE = 0
+
     brightness: float | tuple[float, float] = 0
     contrast: float | tuple[float, float] = 0
     saturation: float | tuple[float, float] = 0
@@ -167,6 +170,9 @@ class GaussianBlur(Transform):
     """Gaussian blur with an odd ``kernel_size`` (int or (width, height)) and ``sigma`` fixed or drawn
     from ``U(min, max)`` per draw (torchvision's default (0.1, 2.0)); borders mirrored (reflect-101)."""
 
+    EXAMPLES = ("GaussianBlur(5, (0.5, 2.0))", "GaussianBlur((3, 7), 1.5)")
+    TOLERANCE = 1
+
     kernel_size: int | tuple[int, int]
     sigma: float | tuple[float, float] = (0.1, 2.0)
 
@@ -222,6 +228,9 @@ def _cv_clahe(clip_limit: float, tiles: tuple[int, int]):
 @dataclass(frozen=True, repr=False)
 class Clahe(Transform):
     """Contrast-limited adaptive histogram equalisation (OpenCV's and DALI's CLAHE), per channel."""
+
+    EXAMPLES = ("Clahe()", "Clahe(3.0, (4, 6))")
+    TOLERANCE = 0
 
     clip_limit: float = 2.0
     tiles: tuple[int, int] = (8, 8)  # (tiles_x, tiles_y)

@@ -85,6 +85,9 @@ class Resize(Transform):
     DALI's CPU ``fn.resize`` bit for bit.
     """
 
+    EXAMPLES = ("Resize((40, 56))", "Resize(32)", "Resize((48, 64), letterbox=True)", "Resize(24, max_size=30)")
+    TOLERANCE = 0
+
     size: int | tuple[int, int]
     max_size: int | None = None
     letterbox: bool = False
@@ -192,6 +195,9 @@ class CenterCrop(_Crop):
     """The centre ``size`` window (torchvision's rounding: ``top = int(round((H - h) / 2))``), padded
     with 0 on both sides (the extra pixel bottom/right) when the image is smaller."""
 
+    EXAMPLES = ("CenterCrop(24)", "CenterCrop((300, 9))")
+    TOLERANCE = 0
+
     size: int | tuple[int, int]
 
     PARAMS = (Param("start", "int32", (2,)),)
@@ -212,6 +218,9 @@ class RandomCrop(_Crop):
     (left, top, right, bottom)) with the constant ``fill``. ``pad_if_needed`` pads both sides of a
     too-small image by the shortfall, as torchvision; an image still smaller than ``size`` is centred
     in the window instead of raising."""
+
+    EXAMPLES = ("RandomCrop(24, padding=4)", "RandomCrop(32, pad_if_needed=True, fill=7)")
+    TOLERANCE = 0
 
     size: int | tuple[int, int]
     padding: int | tuple[int, ...] | None = None
@@ -259,6 +268,9 @@ class RandomResizedCrop(_Crop):
     """torchvision's RandomResizedCrop: up to 10 attempts at a window of ``scale`` of the area and
     ``ratio`` (w/h, log-uniform), placed uniformly; else the centre crop of the clamped ratio; then
     resized to ``size``. Each attempt uses its own 4 uniforms (40 per draw, fixed)."""
+
+    EXAMPLES = ("RandomResizedCrop(32)", "RandomResizedCrop((24, 40), scale=(0.5, 1.0))")
+    TOLERANCE = 0
 
     size: int | tuple[int, int]
     scale: tuple[float, float] = (0.08, 1.0)
@@ -360,6 +372,9 @@ class _Flip(Transform):
 class RandomHorizontalFlip(_Flip):
     """Mirror left-right with probability ``p``."""
 
+    EXAMPLES = ("RandomHorizontalFlip()",)
+    TOLERANCE = 0
+
     p: float = 0.5
     AXIS = 1
 
@@ -367,6 +382,9 @@ class RandomHorizontalFlip(_Flip):
 @dataclass(frozen=True, repr=False)
 class RandomVerticalFlip(_Flip):
     """Mirror top-bottom with probability ``p``."""
+
+    EXAMPLES = ("RandomVerticalFlip()",)
+    TOLERANCE = 0
 
     p: float = 0.5
     AXIS = 0
@@ -376,6 +394,9 @@ class RandomVerticalFlip(_Flip):
 class RandomRot90(Transform):
     """Turn by ``k`` quarter turns counter-clockwise, ``k`` uniform in {0, 1, 2, 3} (``np.rot90``);
     with probability ``1 - p`` no turn. Exact (a transpose and flips); odd turns swap height and width."""
+
+    EXAMPLES = ("RandomRot90()",)
+    TOLERANCE = 0
 
     p: float = 1.0
 
@@ -431,6 +452,9 @@ class RandomRotation(Transform):
     the image centre, same size, corners filled with ``fill``, bilinear. ``interpolation`` must be
     ``"bilinear"`` (torchvision's default is nearest, whose half-pixel ties DALI and OpenCV resolve
     differently: up to 255 levels on single pixels); ``expand``/``center`` are not supported."""
+
+    EXAMPLES = ("RandomRotation(30)", "RandomRotation((-20, 40), fill=9)")
+    TOLERANCE = 1
 
     degrees: float | tuple[float, float]
     interpolation: Literal["bilinear"] = "bilinear"
