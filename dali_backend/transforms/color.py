@@ -21,6 +21,7 @@ from typing import Literal
 import numpy as np
 
 from ..errors import ConfigError
+from .tvread import jitter_range
 from .base import GraphContext, Param, Transform, as_range, centred
 
 GRAY_WEIGHTS = (0.299, 0.587, 0.114)  # BT.601, torchvision's rgb_to_grayscale
@@ -52,6 +53,14 @@ class ColorJitter(Transform):
     (factor ``U(max(0, 1 - v), 1 + v)``) or a (min, max) pair; ``hue`` a number in [0, 0.5] (shift
     ``U(-hue, hue)`` turns) or a pair in [-0.5, 0.5]. See the module docstring for the formulas.
     Saturation and hue leave gray images unchanged."""
+
+    TORCHVISION = ("ColorJitter",)  # the torchvision transforms this operation reproduces (class names)
+
+    @classmethod
+    def from_torchvision(cls, t) -> ColorJitter:
+        """This operation for torchvision transform ``t`` (read by attribute; see :mod:`.tvread`)."""
+        return cls(jitter_range(t.brightness, 1.0), jitter_range(t.contrast, 1.0), jitter_range(t.saturation, 1.0),
+                   jitter_range(t.hue, 0.0))
 
     EXAMPLES = ("ColorJitter(0.4, 0.4, 0.4, 0.1)", "ColorJitter(brightness=0.2)")
     TOLERANCE = 0
@@ -170,6 +179,13 @@ class GaussianBlur(Transform):
     """Gaussian blur with an odd ``kernel_size`` (int or (width, height)) and ``sigma`` fixed or drawn
     from ``U(min, max)`` per draw (torchvision's default (0.1, 2.0)); borders mirrored (reflect-101)."""
 
+    TORCHVISION = ("GaussianBlur",)  # the torchvision transforms this operation reproduces (class names)
+
+    @classmethod
+    def from_torchvision(cls, t) -> GaussianBlur:
+        """This operation for torchvision transform ``t`` (read by attribute; see :mod:`.tvread`)."""
+        return cls(tuple(int(k) for k in t.kernel_size), tuple(float(s) for s in t.sigma))
+
     EXAMPLES = ("GaussianBlur(5, (0.5, 2.0))", "GaussianBlur((3, 7), 1.5)")
     TOLERANCE = 1
 
@@ -263,6 +279,13 @@ class Clahe(Transform):
 class Grayscale(Transform):
     """Gray output: decodes the JPEG's luma (see the module docstring); ``num_output_channels`` 1 or 3
     (the gray plane replicated), torchvision's meaning. Only geometric operations may precede it."""
+
+    TORCHVISION = ("Grayscale",)  # the torchvision transforms this operation reproduces (class names)
+
+    @classmethod
+    def from_torchvision(cls, t) -> Grayscale:
+        """This operation for torchvision transform ``t`` (read by attribute; see :mod:`.tvread`)."""
+        return cls(int(t.num_output_channels))
 
     num_output_channels: int = 1
 

@@ -15,6 +15,7 @@ from typing import Literal
 import numpy as np
 
 from ..errors import ConfigError
+from .tvread import Unsupported, fill_of, interp, size_of
 from .base import GraphContext, Param, Size, Transform, as_range, as_size, centred, check_probability
 
 
@@ -84,6 +85,16 @@ class Resize(Transform):
     ``antialias=True``). ``antialias=False``: plain linear (2 taps) when shrinking too. Both equal
     DALI's CPU ``fn.resize`` bit for bit.
     """
+
+    TORCHVISION = ("Resize",)  # the torchvision transforms this operation reproduces (class names)
+
+    @classmethod
+    def from_torchvision(cls, t) -> Resize:
+        """This operation for torchvision transform ``t`` (read by attribute; see :mod:`.tvread`)."""
+        interp(t)
+        if getattr(t, "antialias", True) is False:
+            raise Unsupported("antialias=False")
+        return cls(size_of(t.size), max_size=getattr(t, "max_size", None))
 
     EXAMPLES = ("Resize((40, 56))", "Resize(32)", "Resize((48, 64), letterbox=True)", "Resize(24, max_size=30)")
     TOLERANCE = 0
@@ -195,6 +206,13 @@ class CenterCrop(_Crop):
     """The centre ``size`` window (torchvision's rounding: ``top = int(round((H - h) / 2))``), padded
     with 0 on both sides (the extra pixel bottom/right) when the image is smaller."""
 
+    TORCHVISION = ("CenterCrop",)  # the torchvision transforms this operation reproduces (class names)
+
+    @classmethod
+    def from_torchvision(cls, t) -> CenterCrop:
+        """This operation for torchvision transform ``t`` (read by attribute; see :mod:`.tvread`)."""
+        return cls(size_of(t.size))
+
     EXAMPLES = ("CenterCrop(24)", "CenterCrop((300, 9))")
     TOLERANCE = 0
 
@@ -218,6 +236,17 @@ class RandomCrop(_Crop):
     (left, top, right, bottom)) with the constant ``fill``. ``pad_if_needed`` pads both sides of a
     too-small image by the shortfall, as torchvision; an image still smaller than ``size`` is centred
     in the window instead of raising."""
+
+    TORCHVISION = ("RandomCrop",)  # the torchvision transforms this operation reproduces (class names)
+
+    @classmethod
+    def from_torchvision(cls, t) -> RandomCrop:
+        """This operation for torchvision transform ``t`` (read by attribute; see :mod:`.tvread`)."""
+        if getattr(t, "padding_mode", "constant") != "constant":
+            raise Unsupported(f"padding_mode={t.padding_mode!r} (only 'constant')")
+        pad = t.padding
+        pad = None if pad is None else (pad if isinstance(pad, int) else tuple(int(x) for x in pad))
+        return cls(size_of(t.size), padding=pad, pad_if_needed=bool(t.pad_if_needed), fill=fill_of(t.fill))
 
     EXAMPLES = ("RandomCrop(24, padding=4)", "RandomCrop(32, pad_if_needed=True, fill=7)")
     TOLERANCE = 0
@@ -268,6 +297,15 @@ class RandomResizedCrop(_Crop):
     """torchvision's RandomResizedCrop: up to 10 attempts at a window of ``scale`` of the area and
     ``ratio`` (w/h, log-uniform), placed uniformly; else the centre crop of the clamped ratio; then
     resized to ``size``. Each attempt uses its own 4 uniforms (40 per draw, fixed)."""
+
+    TORCHVISION = ("RandomResizedCrop",)  # the torchvision transforms this operation reproduces (class names)
+
+    @classmethod
+    def from_torchvision(cls, t) -> RandomResizedCrop:
+        """This operation for torchvision transform ``t`` (read by attribute; see :mod:`.tvread`)."""
+        interp(t)
+        return cls(size_of(t.size), scale=tuple(t.scale), ratio=tuple(t.ratio),
+                   antialias=getattr(t, "antialias", True) is not False)
 
     EXAMPLES = ("RandomResizedCrop(32)", "RandomResizedCrop((24, 40), scale=(0.5, 1.0))")
     TOLERANCE = 0
@@ -372,6 +410,13 @@ class _Flip(Transform):
 class RandomHorizontalFlip(_Flip):
     """Mirror left-right with probability ``p``."""
 
+    TORCHVISION = ("RandomHorizontalFlip",)  # the torchvision transforms this operation reproduces (class names)
+
+    @classmethod
+    def from_torchvision(cls, t) -> RandomHorizontalFlip:
+        """This operation for torchvision transform ``t`` (read by attribute; see :mod:`.tvread`)."""
+        return cls(float(t.p))
+
     EXAMPLES = ("RandomHorizontalFlip()",)
     TOLERANCE = 0
 
@@ -382,6 +427,13 @@ class RandomHorizontalFlip(_Flip):
 @dataclass(frozen=True, repr=False)
 class RandomVerticalFlip(_Flip):
     """Mirror top-bottom with probability ``p``."""
+
+    TORCHVISION = ("RandomVerticalFlip",)  # the torchvision transforms this operation reproduces (class names)
+
+    @classmethod
+    def from_torchvision(cls, t) -> RandomVerticalFlip:
+        """This operation for torchvision transform ``t`` (read by attribute; see :mod:`.tvread`)."""
+        return cls(float(t.p))
 
     EXAMPLES = ("RandomVerticalFlip()",)
     TOLERANCE = 0
@@ -452,6 +504,16 @@ class RandomRotation(Transform):
     the image centre, same size, corners filled with ``fill``, bilinear. ``interpolation`` must be
     ``"bilinear"`` (torchvision's default is nearest, whose half-pixel ties DALI and OpenCV resolve
     differently: up to 255 levels on single pixels); ``expand``/``center`` are not supported."""
+
+    TORCHVISION = ("RandomRotation",)  # the torchvision transforms this operation reproduces (class names)
+
+    @classmethod
+    def from_torchvision(cls, t) -> RandomRotation:
+        """This operation for torchvision transform ``t`` (read by attribute; see :mod:`.tvread`)."""
+        interp(t)
+        if getattr(t, "expand", False) or getattr(t, "center", None) is not None:
+            raise Unsupported("expand=True or center= (rotation about the centre, same size only)")
+        return cls(tuple(float(d) for d in t.degrees), fill=fill_of(t.fill))
 
     EXAMPLES = ("RandomRotation(30)", "RandomRotation((-20, 40), fill=9)")
     TOLERANCE = 1

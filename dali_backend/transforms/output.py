@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from .tvread import Unsupported
 from .base import Transform
 
 DTYPES = ("float32", "float16", "bfloat16", "uint8")
@@ -23,6 +24,13 @@ def dtype_name(dtype) -> str:
 @dataclass(frozen=True, repr=False)
 class Normalize(Transform):
     """``(x / 255 - mean) / std`` per output channel, torchvision's meaning on the [0, 1] scale."""
+
+    TORCHVISION = ("Normalize",)  # the torchvision transforms this operation reproduces (class names)
+
+    @classmethod
+    def from_torchvision(cls, t) -> Normalize:
+        """This operation for torchvision transform ``t`` (read by attribute; see :mod:`.tvread`)."""
+        return cls(tuple(t.mean), tuple(t.std))
 
     mean: tuple[float, ...]
     std: tuple[float, ...]
@@ -51,6 +59,26 @@ class Normalize(Transform):
 class ToDtype(Transform):
     """The output dtype: ``float32``, ``float16``, ``bfloat16`` (scaled to [0, 1], then normalised if a
     Normalize follows) or ``uint8`` (levels as they are). torchvision's ``ToDtype(dtype, scale=True)``."""
+
+    TORCHVISION = ("ToDtype", "ConvertImageDtype", "ToTensor")  # the torchvision transforms this operation reproduces (class names)
+
+    @classmethod
+    def from_torchvision(cls, t) -> ToDtype:
+        """This operation for torchvision transform ``t`` (read by attribute; see :mod:`.tvread`)."""
+        if type(t).__name__ == "ToTensor":
+            return cls("float32")
+        dtype = getattr(t, "dtype", None)
+        if isinstance(dtype, dict):
+            vals = {v for v in dtype.values() if v is not None}
+            if len(vals) != 1:
+                raise Unsupported(f"dtype={dtype!r} (one dtype for images)")
+            dtype = vals.pop()
+        if not getattr(t, "scale", True):
+            raise Unsupported("scale=False")
+        try:
+            return cls(dtype)
+        except ConfigError as e:
+            raise Unsupported(str(e)) from None
 
     dtype: str = "float32"
     scale: bool = True
