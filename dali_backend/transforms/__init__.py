@@ -4,17 +4,31 @@ Compose them into an :class:`~dali_backend.augment.AugmentSpec` (``AugmentSpec(o
 backends run them: each class holds its validated arguments, its per-draw parameters
 (``make_params``, pure numpy), its OpenCV implementation and its DALI graph fragment (DALI and
 OpenCV are imported only when used). ``REGISTRY`` maps every operation's class name to its class;
-the equivalence harness and the torchvision translation iterate it. Adding an operation: one class
-in this package (it registers itself) plus its tests.
+the equivalence harness, the tolerance tests, the README check and the torchvision translation read
+it. Adding an operation: one new module in this package holding its class (arguments, ``PARAMS``,
+``sample``, ``apply``, ``dali``, ``EXAMPLES``, ``TOLERANCE``, ``TORCHVISION``/``from_torchvision``),
+which is found and registered here, plus its README row.
 """
 
 from __future__ import annotations
+
+import importlib
+import pkgutil
 
 from .base import REGISTRY, GraphContext, Param, Transform, uniforms
 from .color import Clahe, ColorJitter, GaussianBlur, Grayscale
 from .geometry import (CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomRot90, RandomRotation,
                        RandomVerticalFlip, Resize)
 from .output import Normalize, ToDtype
+
+# Every other module of this package that holds operations registers them by being imported; the
+# modules that hold none are named here (kernels imported lazily by their operation, the torchvision
+# reader). A new operation's module needs no line anywhere.
+NOT_OPERATIONS = frozenset({"base", "resample", "clahe_graph", "torchvision", "tvread"})
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name not in NOT_OPERATIONS:
+        importlib.import_module(f"{__name__}.{_module.name}")
+globals().update(REGISTRY)  # every operation by its class name: `from dali_backend.transforms import X`
 
 
 def parse_ops(text: str) -> list[Transform]:
@@ -43,6 +57,4 @@ def parse_ops(text: str) -> list[Transform]:
             raise ConfigError(f"--ops: {ast.unparse(node)!r}: {e}") from None
     return ops
 
-__all__ = ["parse_ops", "Transform", "Param", "GraphContext", "REGISTRY", "uniforms", "Resize", "CenterCrop", "RandomCrop",
-           "RandomResizedCrop", "RandomHorizontalFlip", "RandomVerticalFlip", "RandomRot90", "RandomRotation",
-           "ColorJitter", "GaussianBlur", "Clahe", "Grayscale", "Normalize", "ToDtype"]
+__all__ = ["parse_ops", "Transform", "Param", "GraphContext", "REGISTRY", "uniforms", *sorted(REGISTRY)]
