@@ -432,8 +432,8 @@ def draw_params(spec: AugmentSpec, seed: int, epoch: int, position: int) -> AugP
                           "spec.make_params(seed, epoch, position, image_size)")
     # the preset's list ends with RandomRotation and ColorJitter: their own parameters, read (one function
     # draws them all: Transform.make_params), as float32 values, what the DALI operators receive
-    rotation, jitter = spec.transforms[-2:]
-    offsets = spec._offsets[-2:]  # type: ignore[attr-defined]
-    angle = rotation.make_params(seed, epoch, position, None, offsets[0])["angle"]
-    bc = jitter.make_params(seed, epoch, position, None, offsets[1])
+    found = {type(op): (op, off) for op, off in zip(spec.transforms, spec._offsets)}  # type: ignore[attr-defined]
+    (rotation, r_off), (jitter, j_off) = found[RandomRotation], found[ColorJitter]
+    angle = rotation.make_params(seed, epoch, position, None, r_off)["angle"]
+    bc = jitter.make_params(seed, epoch, position, None, j_off)
     return AugParams(float(angle), float(bc.get("brightness", 1.0)), float(bc.get("contrast", 1.0)))

@@ -18,7 +18,7 @@ from pathlib import Path
 from .cliargs import (OneLineParser, operation_list, add_index_load_arguments, class_list, data_or_index, default_cache,
                       existing_dir, fraction, index_file, int_range, keyword_rules, load_data, output_dir, output_file,
                       positive_int, run_command, size_wxh, text_encoding, verbosity_parent)
-from .errors import FallbackWarning
+from .errors import FallbackWarning, OutputFileError
 from .index import check_output_path, write_atomic
 
 log = logging.getLogger("dali_backend.cli")
@@ -179,7 +179,7 @@ def _write_image(path: Path, img) -> None:
     except cv2.error:
         ok = False
     if not ok:
-        raise OSError(f"OpenCV could not write {path} (no {suffix} encoder); give a .png file name")
+        raise OutputFileError(f"OpenCV could not write {path} (no {suffix} encoder); give a .png file name")
     write_atomic(path, lambda f: f.write(data.tobytes()), "preview image")
 
 

@@ -6,14 +6,10 @@ pass (:func:`~dali_backend.sampler.plan_epoch`), accounting, resumption, bad-fil
 normalisation, ``return_meta`` and ``batch_transform``. An executor only turns planned batches into
 uint8 pixels.
 
-The DALI executor (``_DaliRunner``) never lets DALI see an epoch end (see :mod:`dali_backend.dali.wire`):
-it schedules draws into an endless slot stream a few batches ahead, pads the last partial batch with
-throw-away slots and trims them, and after a ``break`` drains the few batches already scheduled before
-the next pass starts. That costs a few wasted decodes per early exit and buys exact epochs, any
-``set_epoch`` order, and no pipeline rebuilds — except when the pipeline fails (a file DALI's decoder
-refuses, a dead reader worker, an interruption at an unknown point): then the next batch or pass
-builds a new one. DALI runs in a thread of its own, so whichever thread iterates waits with a timeout
-and notices a dead worker.
+The executors live below the facade: :mod:`dali_backend.dali` (DALI's graph on the GPU or on CPU
+operators) and :mod:`fallback.executor` (OpenCV in ``DataLoader`` workers). The facade knows them by
+their protocol: ``run(rows, key, plan_next)`` yields uint8 batches, ``recover(failure)`` repairs an
+:class:`~dali_backend.errors.ExecutorFailed`, ``abandon()`` and ``close()``.
 """
 
 from __future__ import annotations

@@ -124,6 +124,9 @@ class TorchExecutor:
                     batches = iter(self._loader)
                 images, labels, meta, errors = self._next_batch(batches)
             except StopIteration:
+                if self._closed:  # close() from another thread: torch ends the pass it shut down, short
+                    raise LoaderClosedError("the DaliLoader was closed while this iterator was waiting for a batch; "
+                                            "start a new pass with a new DaliLoader") from None
                 return
             except LoaderTimeoutError:
                 raise
@@ -153,7 +156,9 @@ class TorchExecutor:
             try:
                 return next(batches)
             except RuntimeError as e:
-                if "timed out after" not in str(e):
+                # torch's own text for its timeout, exactly: a worker's error that merely mentions a
+                # timeout (storage, a user's code) is re-raised, never taken for a poll step
+                if str(e) != f"DataLoader timed out after {WAIT_POLL_S} seconds":
                     raise
             if deadline is not None and time.monotonic() >= deadline:
                 raise LoaderTimeoutError(f"no batch within timeout={self.timeout:g} s (slow storage or workers? raise "

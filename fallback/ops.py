@@ -32,8 +32,7 @@ def decode(data: NDArray[np.uint8] | bytes, color: str) -> Image | None:
 
 # ----------------------------------------------------------------------------------------- resize
 # The kernel is the Resize operation's, in the contract (dali_backend/transforms/resample.py): re-exported.
-from dali_backend.transforms.resample import (_axis, _owned, pass_order, resample_matrix,  # noqa: E402,F401
-                                              resample_weights, resize, resize_exact)
+from dali_backend.transforms.resample import _owned, resize  # noqa: E402,F401
 
 
 # ----------------------------------------------------------------------------------------- composition

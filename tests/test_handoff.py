@@ -100,18 +100,54 @@ def test_host_only_outputs_hold_nothing(handoff):
     assert got["images"] is cpu["images"] and len(handoff) == 0 and not FakeEvent.made
 
 
-def test_the_dali_gpu_runner_uses_the_handoff_and_cpu_runners_do_not():
-    """Source check that ties the bookkeeping to the runner: GPU batches go through ``take``, dropped
-    (stale) batches are not copied, and close drains before DALI's pipeline is released."""
-    import inspect
+def bare_runner(done):
+    """A DALI runner without a pipeline: its caller returns a batch and ``done`` (an event on the GPU,
+    None on the CPU); what the runner does with them is observed through a recording hand-off."""
+    import os
 
-    from dali_backend import loader
+    from dali_backend.dali.runner import _DaliRunner
 
-    src = inspect.getsource(loader._DaliRunner)
-    assert "DeviceHandoff() if gpu else None" in src
-    assert "self._handoff.take(out)" in src and "keep=False" in src
-    close = inspect.getsource(loader._DaliRunner.close)
-    assert close.index("drain()") < close.index("self.pipe = None")
+    calls = []
+
+    class Caller:
+        def submit(self, fn):
+            return 1
+
+        def wait(self, rid, poll, deadline=None):
+            return {"images": "dali's buffer"}, done
+
+        def stop(self, timeout=5.0):
+            return True
+
+    class Handoff:
+        def receive(self, out, ready, keep):
+            calls.append(("receive", ready, keep))
+            return {"images": "torch's copy"} if keep else out
+
+        def drain(self):
+            calls.append(("drain", runner.pipe is not None))
+
+    runner = object.__new__(_DaliRunner)
+    runner.__dict__.update(_caller=Caller(), _handoff=Handoff() if done is not None else None, timeout=0.0,
+                           closed=False, broken=None, _worker_pids=[], _pid=os.getpid(), _clean_interrupt=False,
+                           pipe=object(), iterator=None, ring=None)
+    return runner, calls
+
+
+def test_the_gpu_runner_hands_kept_batches_through_the_handoff_and_drains_before_releasing_dali():
+    runner, calls = bare_runner(done="event")
+    assert runner._call(keep=True) == {"images": "torch's copy"}
+    assert runner._call(keep=False) == {"images": "dali's buffer"}  # a stale batch: waited for, not copied
+    runner.close()
+    assert calls == [("receive", "event", True), ("receive", "event", False), ("drain", True)]
+    assert runner.pipe is None
+
+
+def test_the_cpu_runner_has_no_handoff():
+    runner, calls = bare_runner(done=None)
+    assert runner._call() == {"images": "dali's buffer"}
+    runner.close()
+    assert calls == []
 
 
 @pytest.mark.cuda

@@ -290,3 +290,32 @@ def test_the_fallback_from_auto_is_said_once_without_logging_configuration(defec
     assert len(fallbacks) == 1, [str(w.message) for w in seen]
     assert "running torch because CUDA is not available" in str(fallbacks[0].message)
     assert "backend torch (backend='torch' was requested)" in caplog.text
+
+
+def test_a_workers_error_that_mentions_a_timeout_is_raised_not_taken_for_a_poll_step():
+    """The torch executor waits in steps of its own DataLoader timeout; only torch's exact timeout text
+    is a step. A worker's RuntimeError that mentions "timed out after" (storage, user code) is raised:
+    retrying would skip the batch torch already counted."""
+    from fallback.executor import WAIT_POLL_S, TorchExecutor
+
+    executor = object.__new__(TorchExecutor)
+    executor.timeout, executor._closed = 0, False
+    raised = iter([RuntimeError(f"DataLoader timed out after {WAIT_POLL_S} seconds"), RuntimeError("x"), ("batch",)])
+
+    class Batches:
+        def __next__(self):
+            item = next(raised)
+            if isinstance(item, BaseException):
+                raise item
+            return item
+
+    with pytest.raises(RuntimeError, match="^x$"):  # one poll step, then the worker's own error
+        executor._next_batch(Batches())
+    storage = iter([RuntimeError("Caught RuntimeError in DataLoader worker: NFS read timed out after 30 seconds")])
+
+    class Failing:
+        def __next__(self):
+            raise next(storage)
+
+    with pytest.raises(RuntimeError, match="NFS read timed out"):
+        executor._next_batch(Failing())

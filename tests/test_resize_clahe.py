@@ -16,6 +16,7 @@ import pytest
 
 from dali_backend import AugmentSpec, SampleIndex, WeightedSampler, augment
 from dali_backend import transforms as T
+from dali_backend.transforms import resample
 from fallback import ImageDataset, ops
 
 # ------------------------------------------------------------------------------------------- resize
@@ -95,7 +96,7 @@ def test_random_sizes_are_bit_exact_with_dali_and_the_reference():
     for start in range(0, len(images), 20):
         want += dali_resize(images[start:start + 20], sizes[start:start + 20])
     for img, size, w in zip(images, sizes, want, strict=True):
-        fast, ref = ops.resize(img, *size), ops.resize_exact(img, *size)
+        fast, ref = ops.resize(img, *size), resample.resize_exact(img, *size)
         assert np.array_equal(ref, w), (img.shape, size)
         assert np.array_equal(fast, w), (img.shape, size)
 
@@ -105,12 +106,12 @@ def test_ties_round_by_position_as_dalis_kernel_does():
     at a time) and half away from zero in the scalar tail of each row: neither rule alone is right."""
     img = _image((20, 37), 0)
     want = dali_resize([img], [(40, 74)])[0]
-    ay, ax = ops._axis(20, 40), ops._axis(37, 74)
+    ay, ax = resample._axis(20, 40), resample._axis(37, 74)
     exact = _dense(ay, 20) @ img.astype(np.float64) @ _dense(ax, 37).T      # dyadic weights: exact values
     half_up, half_even = np.floor(exact + 0.5), np.rint(exact)
     assert (half_up != want).any() and (half_even != want).any()
     assert np.array_equal(ops.resize(img, 40, 74), want)
-    last_pass_vertical = ops.pass_order((20, 37), (40, 74)) == "x"
+    last_pass_vertical = resample.pass_order((20, 37), (40, 74)) == "x"
     tail = np.arange(74) >= 64 if last_pass_vertical else ops._horizontal_tails(37, 74)
     np.testing.assert_array_equal(want[:, tail], half_up[:, tail])
     np.testing.assert_array_equal(want[:, ~tail], half_even[:, ~tail])
@@ -127,7 +128,7 @@ def _dense(a, n: int) -> np.ndarray:
                                              ((92, 230), (23, 50), "y"), ((7, 5), (256, 256), "x"),
                                              ((40, 2000), (32, 32), "x"), ((2000, 40), (32, 32), "y")])
 def test_pass_order_is_dalis_cost_model(src, dst, first):
-    assert ops.pass_order(src, dst) == first
+    assert resample.pass_order(src, dst) == first
 
 
 @pytest.mark.parametrize("value", [0, 255])

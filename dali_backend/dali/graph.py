@@ -59,7 +59,7 @@ def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, de
             source=source, num_outputs=3 + len(wire), batch=False, parallel=True,
             dtype=[types.UINT8, types.INT64, types.INT64] + [wire_types[p.dtype] for _, p in wire])
         params: list[dict] = [{} for _ in ops]
-        for (k, p), node in zip(wire, values):
+        for (k, p), node in zip(wire, values):  # equal lengths: num_outputs=3 + len(wire) (DALI's autograph has no strict=)
             params[k][p.name] = node
         # nvJPEG upsamples chroma differently from libjpeg-turbo unless asked for "fancy" upsampling
         decode_args = {"hw_decoder_load": hw_decoder_load, "jpeg_fancy_upsampling": True} if gpu else {}

@@ -37,6 +37,15 @@ class DeviceHandoff:
         """Producer objects still held (their copies may not have run yet)."""
         return len(self._pending)
 
+    def receive(self, outputs: dict[str, torch.Tensor], ready, keep: bool = True) -> dict[str, torch.Tensor]:
+        """A batch DALI finished (``ready``: an event recorded after its work): the current stream waits
+        for it without blocking the host, then a kept batch is :meth:`take`-n; a dropped one is left
+        to DALI as it is (nothing reads it)."""
+        device = next((t.device for t in outputs.values() if t.device.type == "cuda"), None)
+        if device is not None:
+            torch.cuda.current_stream(device).wait_event(ready)  # the caller's stream, maybe not the default one
+        return self.take(outputs) if keep else outputs
+
     def take(self, outputs: dict[str, torch.Tensor], stream=None) -> dict[str, torch.Tensor]:
         """``outputs`` with every non-CPU tensor replaced by a torch-owned copy made on ``stream``
         (default: the current stream of the tensor's device); ``outputs`` itself is held until then."""
@@ -49,8 +58,9 @@ class DeviceHandoff:
             device = tensor.device
             if stream is None and device.type == "cuda":
                 stream = torch.cuda.current_stream(device)
-            copy = torch.empty_like(tensor, memory_format=torch.contiguous_format)
             with torch.cuda.stream(stream) if isinstance(stream, torch.cuda.Stream) else nullcontext():
+                # allocated and written on the same stream: torch's allocator reuses it in that stream's order
+                copy = torch.empty_like(tensor, memory_format=torch.contiguous_format)
                 copy.copy_(tensor, non_blocking=True)
             owned[name] = copy
         if device is not None:

@@ -1,5 +1,15 @@
 """The DALI runner: a pipeline over an endless slot stream, cut into exact epochs, run in a thread of its
-own; and what a forked process must do with the parent's pipelines."""
+own; and what a forked process must do with the parent's pipelines.
+
+The runner never lets DALI see an epoch end (see :mod:`dali_backend.dali.wire`):
+it schedules draws into an endless slot stream a few batches ahead, pads the last partial batch with
+throw-away slots and trims them, and after a ``break`` drains the few batches already scheduled before
+the next pass starts. That costs a few wasted decodes per early exit and buys exact epochs, any
+``set_epoch`` order, and no pipeline rebuilds — except when the pipeline fails (a file DALI's decoder
+refuses, a dead reader worker, an interruption at an unknown point): then the next batch or pass
+builds a new one. DALI runs in a thread of its own, so whichever thread iterates waits with a timeout
+and notices a dead worker.
+"""
 
 from __future__ import annotations
 
@@ -305,6 +315,9 @@ class _DaliRunner:
         deadline = time.monotonic() + self.timeout if self.timeout > 0 else None
 
         def poll():
+            if self.closed:  # close() from another thread: stop waiting, even for a pipeline thread that is stuck
+                raise LoaderClosedError("the DaliLoader was closed while this iterator was waiting for a batch; "
+                                        "start a new pass with a new DaliLoader")
             self.check_workers()
             if deadline is not None and time.monotonic() > deadline:
                 error = LoaderTimeoutError(f"DALI delivered no batch within timeout={self.timeout:g} s (slow storage? "
@@ -317,17 +330,15 @@ class _DaliRunner:
         except KeyboardInterrupt:
             self._clean_interrupt = True
             raise
-        if done is not None:  # the caller's stream (maybe not the default one) waits for DALI's work
-            torch.cuda.current_stream(self.device).wait_event(done)
-            if keep:
-                out = self._handoff.take(out)
+        if done is not None:  # GPU: waited for on the caller's stream; a kept batch copied into torch's memory
+            out = self._handoff.receive(out, done, keep)
         return out
 
     def _run_one(self, expected: np.ndarray, keep: bool = True):
         self.check_workers()
         try:
             out = self._call(keep)
-        except (KeyboardInterrupt, LoaderWorkerError, LoaderTimeoutError):
+        except (KeyboardInterrupt, LoaderWorkerError, LoaderTimeoutError, LoaderClosedError):
             raise
         except StopIteration as e:
             raise RuntimeError("DALI ended the stream unexpectedly; this is a bug in dali_backend, please report it") from e
