@@ -114,10 +114,11 @@ class AugmentSpec:
         if not isinstance(self.channels_last, bool):
             raise ConfigError(f"AugmentSpec.channels_last={self.channels_last!r}; use True or False")
         offsets, total = [], 0
-        for op in self.transforms:
+        for op in self.transforms + self.batch_ops:  # batch operations' blocks come after the pixel ones'
             offsets.append(total)
             total += op.UNIFORMS
-        object.__setattr__(self, "_offsets", tuple(offsets))
+        object.__setattr__(self, "_offsets", tuple(offsets[:len(self.transforms)]))
+        object.__setattr__(self, "_batch_offsets", tuple(offsets[len(self.transforms):]))
         object.__setattr__(self, "_uniforms", total)
 
     def __repr__(self) -> str:
@@ -172,6 +173,7 @@ class AugmentSpec:
             RandomRotation(self.rotate_deg),  # always present: the draw's uniform layout stays fixed
             ColorJitter(brightness=self.brightness, contrast=self.contrast)]
         self._set("_transforms", tuple(ops))
+        self._set("_batch_ops", ())
         self._set("_out_size", self.size)
         self._set("out_channels", 3)
 
@@ -192,11 +194,18 @@ class AugmentSpec:
                 hint = (" (a torchvision transform: translate a Compose with AugmentSpec.from_torchvision)"
                         if type(op).__module__.startswith("torchvision") else "")
                 raise ConfigError(f"AugmentSpec.ops[{k}]={op!r} is not an operation of dali_backend.transforms{hint}")
-        pixel = [k for k, op in enumerate(ops) if op.KIND != "output"]
-        late = [type(op).__name__ for k, op in enumerate(ops) if op.KIND == "output" and pixel and k < pixel[-1]]
+        pixel = [k for k, op in enumerate(ops) if op.KIND not in ("output", "batch")]
+        late = [type(op).__name__ for k, op in enumerate(ops)
+                if op.KIND in ("output", "batch") and pixel and k < pixel[-1]]
         if late:
             raise ConfigError(f"AugmentSpec.ops: {', '.join(late)} must come after every pixel operation "
                               "(they run once per batch on the output)")
+        early = [type(op).__name__ for k, op in enumerate(ops) if op.KIND == "batch"
+                 and any(isinstance(o, Normalize) for o in ops[k + 1:])]
+        if early:
+            raise ConfigError(f"AugmentSpec.ops: {', '.join(early)} before Normalize; it runs on the normalised "
+                              "output (its value is in normalised units, as in torchvision's recipes): put it after "
+                              "Normalize")
         grays = [k for k, op in enumerate(ops) if isinstance(op, Grayscale)]
         if len(grays) > 1:
             raise ConfigError("AugmentSpec.ops: more than one Grayscale")
@@ -237,9 +246,11 @@ class AugmentSpec:
         self._set("mean", mean)
         self._set("std", std)
         self._set("dtype", dtype)
-        kept = tuple(op for op in ops if op.KIND != "output")
-        self._set("ops", kept)
+        kept = tuple(op for op in ops if op.KIND not in ("output", "batch"))
+        batch = tuple(op for op in ops if op.KIND == "batch")
+        self._set("ops", kept + batch)  # the output stage is folded into mean/std/dtype; batch operations stay
         self._set("_transforms", kept)
+        self._set("_batch_ops", batch)
         size = None
         for op in kept:
             size = op.static_size(size)
@@ -266,6 +277,17 @@ class AugmentSpec:
     def transforms(self) -> tuple[Transform, ...]:
         """The operations both backends run, in order (the preset's too); output ops excluded."""
         return self._transforms  # type: ignore[attr-defined]
+
+    @property
+    def batch_ops(self) -> tuple[Transform, ...]:
+        """The operations that run on the normalised batch (``"batch"`` kind: RandomErasing), in order."""
+        return self._batch_ops  # type: ignore[attr-defined]
+
+    def make_batch_params(self, seed: int, epoch: int, position: int) -> list[dict[str, np.ndarray]]:
+        """The parameters of every batch operation for one draw (a pure function, as :meth:`make_params`);
+        they depend on the output size only."""
+        return [{} if op.is_identity else op.make_params(seed, epoch, position, self._out_size, off)  # type: ignore[attr-defined]
+                for op, off in zip(self.batch_ops, self._batch_offsets)]  # type: ignore[attr-defined]
 
     @property
     def height(self) -> int:

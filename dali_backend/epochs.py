@@ -139,7 +139,9 @@ class EpochLoaderMixin:
             with open(ds.index.abspath(index), "rb") as f:
                 size = decoded_size(f.read())
         out: dict = {}
-        for op, values in zip(spec.transforms, spec.make_params(ds.seed, epoch, position, size)):
+        pairs = [*zip(spec.transforms, spec.make_params(ds.seed, epoch, position, size)),
+                 *zip(spec.batch_ops, spec.make_batch_params(ds.seed, epoch, position))]
+        for op, values in pairs:
             name = type(op).__name__
             key = name if name not in out else f"{name}#{sum(k.split('#')[0] == name for k in out) + 1}"
             out[key] = {k: np.asarray(v).tolist() for k, v in values.items()}

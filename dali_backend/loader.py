@@ -26,7 +26,7 @@ from .epochs import EpochLoaderMixin
 from .errors import ConfigError, FallbackWarning, LoaderClosedError, StaleIteratorError
 from .sampler import WeightedSampler, default_sampler, default_seed, plan_epoch
 from .reading import check_on_error
-from .tensors import normalize, release_pooled_outputs
+from .tensors import apply_batch_ops, normalize, release_pooled_outputs
 
 
 from .dali.devices import _dali_importable, _local_device_id, cuda_device_count
@@ -329,7 +329,7 @@ class DaliLoader(EpochLoaderMixin):
                 try:
                     for images, labels, planned, served, positions, epochs in self._run(epoch, rows):
                         self._check_current(token)
-                        images = normalize(images, spec)
+                        images = apply_batch_ops(normalize(images, spec), spec, self.dataset.seed, epochs, positions)
                         if self.batch_transform is not None:
                             images, labels = self.batch_transform(images, labels)
                         meta = self._batch_meta(planned, served, epochs, positions) if self.return_meta else None

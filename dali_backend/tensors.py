@@ -46,6 +46,18 @@ def normalize(batch: torch.Tensor, spec: AugmentSpec) -> torch.Tensor:
     return out
 
 
+def apply_batch_ops(images: torch.Tensor, spec: AugmentSpec, seed: int, epochs, positions) -> torch.Tensor:
+    """The spec's batch operations (RandomErasing) on the normalised batch, each sample with its draw's
+    parameters (``epochs``, ``positions``: one per sample): the same code after either backend."""
+    if not spec.batch_ops:
+        return images
+    per_sample = [spec.make_batch_params(seed, int(e), int(p)) for e, p in zip(epochs, positions, strict=True)]
+    for k, op in enumerate(spec.batch_ops):
+        if not op.is_identity:
+            images = op.apply_batch(images, [params[k] for params in per_sample])
+    return images
+
+
 @lru_cache(maxsize=16)
 def _table(scale: bytes, shift: bytes) -> np.ndarray:
     """``[C, 256]`` float32: the value of every uint8 level per channel, computed by the same

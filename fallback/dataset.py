@@ -20,6 +20,7 @@ from torch.utils.data import Dataset, get_worker_info
 from dali_backend.augment import AugmentSpec, AugParams, draw_params
 from dali_backend.errors import BadImageError, ConfigError
 from dali_backend.index import SampleIndex
+from dali_backend.tensors import apply_batch_ops
 from dali_backend.reading import OnError, SampleReader, check_on_error
 from dali_backend.sampler import as_draw, check_epoch
 
@@ -152,7 +153,11 @@ class ImageDataset(Dataset):
 
     def __getitem__(self, item) -> tuple[torch.Tensor, torch.Tensor]:
         img, label = self.load_uint8(item)
-        return ops.normalize(torch.from_numpy(img), self.spec), torch.tensor(label, dtype=torch.int64)
+        out = ops.normalize(torch.from_numpy(img), self.spec)
+        if self.spec.batch_ops:  # RandomErasing: the same code the loaders run on their batches
+            _, _, epoch, position = resolve_item(item, self.epoch)
+            out = apply_batch_ops(out[None], self.spec, self.seed, [epoch], [position])[0]
+        return out, torch.tensor(label, dtype=torch.int64)
 
     def __repr__(self) -> str:
         return f"ImageDataset(n={len(self)}, spec={self.spec}, seed={self.seed}, on_error={self.on_error!r})"

@@ -37,7 +37,7 @@ from ..errors import ConfigError
 
 AUG_STREAM = 0xA06  # separates augmentation draws from the sampler's streams of the same seed
 Size = tuple[int, int]  # (height, width)
-Kind = Literal["geometric", "photometric", "output"]
+Kind = Literal["geometric", "photometric", "output", "batch"]
 REGISTRY: dict[str, type[Transform]] = {}
 
 
@@ -157,7 +157,9 @@ class Transform:
 
     Class attributes a subclass sets: ``KIND`` (``"geometric"``: moves pixels, may change the size;
     ``"photometric"``: changes values; ``"output"``: configures the final dtype/normalisation and
-    runs on the batch), ``PARAMS`` (the per-draw parameters), ``UNIFORMS`` (uniforms per draw),
+    runs on the batch; ``"batch"``: runs on the normalised batch tensor, after every pixel operation and
+    ``Normalize``, with the same code on every backend (:meth:`apply_batch`; torchvision's
+    RandomErasing), ``PARAMS`` (the per-draw parameters), ``UNIFORMS`` (uniforms per draw),
     ``NEEDS_SIZE`` (whether :meth:`sample` reads the image size), ``WHOLE_IMAGE`` (its result at a
     pixel depends on distant pixels, so a region decode may not move in front of it),
     ``CONDITIONALS`` (its DALI fragment uses per-sample ``if``).
@@ -239,6 +241,11 @@ class Transform:
     def apply(self, img: NDArray[np.uint8], params: dict[str, np.ndarray]) -> NDArray[np.uint8]:
         """The OpenCV/numpy implementation on a gray ``HxW`` or RGB ``HxWx3`` uint8 image."""
         raise NotImplementedError(f"{type(self).__name__} has no CPU implementation")
+
+    def apply_batch(self, images, params: list[dict[str, np.ndarray]]):
+        """A ``"batch"`` operation on the normalised ``[B, C, H, W]`` torch tensor (any device), one
+        parameter dict per sample; returns the batch (may modify it in place: the loader owns it)."""
+        raise NotImplementedError(f"{type(self).__name__} does not run on batches")
 
     def dali(self, images, params: dict[str, Any], ctx: GraphContext):
         """The DALI graph fragment: ``images`` (HWC uint8 nodes) -> images; sets ``ctx.hw`` if the size changes."""
