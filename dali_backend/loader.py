@@ -81,9 +81,9 @@ _ANNOUNCED: set = set()  # fallbacks already announced in this process
 
 def announce_backend(device: str, backend: str, chosen: str, reason: str) -> None:
     """Say which backend runs and why. ``device="auto"`` means "the GPU if there is one": running
-    anything else is said once per process and reason as a ``UserWarning`` (the library's logger has
-    only a ``NullHandler`` until the application configures logging, so a plain script would show no
-    log line), and logged at WARNING; a choice that went as asked is an INFO line
+    anything else is said once per process and reason as a ``FallbackWarning`` (the library's logger
+    has only a ``NullHandler`` until the application configures logging, so a plain script would show
+    no log line), and logged at INFO; a choice that went as asked is an INFO line
     (``logging.basicConfig(level=logging.INFO)`` shows those)."""
     if device == "auto" and backend != "torch" and chosen != "dali-gpu":
         if (chosen, reason) not in _ANNOUNCED:
@@ -91,7 +91,7 @@ def announce_backend(device: str, backend: str, chosen: str, reason: str) -> Non
             how = "backend='dali', device='cpu'" if chosen == "dali-cpu" else "backend='torch'"
             text = (f"DaliLoader: not on the GPU: running {chosen} because {reason}; pass {how} to choose it "
                     "explicitly (and silence this line)")
-            log.warning("%s", text)
+            log.info("%s", text)  # the warning below is the one a person sees; a command line silences it
             warnings.warn(text, FallbackWarning, stacklevel=3)
         return
     log.info("DaliLoader: backend %s (%s)", chosen, reason)
@@ -205,7 +205,7 @@ class DaliLoader(EpochLoaderMixin):
             raise ConfigError(f"DaliLoader: prefetch_queue_depth={prefetch_queue_depth!r}; must be >= 1")
         if not isinstance(hw_decoder_load, (int, float)) or not 0.0 <= hw_decoder_load <= 1.0:
             raise ConfigError(f"DaliLoader: hw_decoder_load={hw_decoder_load!r}; must be a number in [0, 1]")
-        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout < 0:
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout >= 0:  # NaN too
             raise ConfigError(f"DaliLoader: timeout={timeout!r}; must be a non-negative number of seconds (0: none)")
         self.backend, device_id, reason = choose_backend(device, backend)
         announce_backend(device, backend, self.backend, reason)

@@ -107,8 +107,10 @@ class TorchExecutor:
         extra = {"pin_memory_device": pin_memory_device} if pin_memory and pin_memory_device else {}
         self._loader = DataLoader(
             _Uint8View(dataset, on_error), batch_sampler=_PlannedBatches(self), num_workers=num_workers,
-            collate_fn=_collate_uint8, pin_memory=pin_memory, timeout=WAIT_POLL_S if workers else 0,
-            worker_init_fn=worker_init_fn,
+            collate_fn=_collate_uint8, pin_memory=pin_memory, worker_init_fn=worker_init_fn,
+            # torch draws each pass's worker seed from this generator: never from the user's global RNG
+            # (DALI does not touch it either, so a training script's random numbers are the same on both)
+            generator=torch.Generator().manual_seed(0),
             prefetch_factor=prefetch_factor if workers else None, persistent_workers=persistent_workers and workers,
             multiprocessing_context=multiprocessing_context if workers else None, **extra)
 
@@ -121,7 +123,7 @@ class TorchExecutor:
         while True:
             try:
                 if batches is None:  # inside the try: the start of a pass can meet a worker that died before
-                    batches = iter(self._loader)
+                    batches = self._start_pass()
                 images, labels, meta, errors = self._next_batch(batches)
             except StopIteration:
                 if self._closed:  # close() from another thread: torch ends the pass it shut down, short
@@ -144,21 +146,34 @@ class TorchExecutor:
             self._trim()  # earlier batches are gone by now: keep RSS flat
             yield images, labels, meta[:, 0], meta[:, 1], meta[:, 2], meta[:, 3]
 
+    def _start_pass(self):
+        """``iter()`` of the DataLoader. Persistent workers are resumed first, which torch waits for with
+        its iterator's timeout: no timeout there (a busy worker answers late), the polling step after."""
+        previous = getattr(self._loader, "_iterator", None)
+        if previous is not None and hasattr(previous, "_timeout"):
+            previous._timeout = 0
+        return iter(self._loader)
+
     def _next_batch(self, batches):
-        """The DataLoader's next batch, waited for in steps of ``WAIT_POLL_S`` (see there): between
-        steps the wait stops for ``close()`` and for the user's ``timeout``. A step that times out
-        leaves torch's iterator as it was (its batch is still awaited), so waiting again is exact."""
+        """The DataLoader's next batch, waited for in steps of at most ``WAIT_POLL_S`` (see there; set as
+        torch's iterator's own timeout, step by step): between steps the wait stops for ``close()``, and
+        at the user's ``timeout`` (also below a step). A step that times out leaves torch's iterator as
+        it was (its batch is still awaited), so waiting again is exact."""
         deadline = time.monotonic() + self.timeout if self.timeout > 0 else None
+        steps = hasattr(batches, "_timeout")  # worker processes (torch's single-process iterator never waits)
         while True:
             if self._closed:
                 raise LoaderClosedError("the DaliLoader was closed while this iterator was open; start a new pass "
                                         "with a new DaliLoader")
+            step = WAIT_POLL_S if deadline is None else min(WAIT_POLL_S, max(deadline - time.monotonic(), 1e-6))
+            if steps:
+                batches._timeout = step
             try:
                 return next(batches)
             except RuntimeError as e:
                 # torch's own text for its timeout, exactly: a worker's error that merely mentions a
                 # timeout (storage, a user's code) is re-raised, never taken for a poll step
-                if str(e) != f"DataLoader timed out after {WAIT_POLL_S} seconds":
+                if not steps or str(e) != f"DataLoader timed out after {step} seconds":
                     raise
             if deadline is not None and time.monotonic() >= deadline:
                 raise LoaderTimeoutError(f"no batch within timeout={self.timeout:g} s (slow storage or workers? raise "

@@ -390,3 +390,15 @@ def test_cli_error_messages_stay_one_line(share, tmp_path, capsys):
     rc, _, err = run_cli(["index", str(share), "--out", str(tmp_path / "x.npz"), "--classes", "a,a"], capsys)
     assert rc == 2 and "'a' more than once" in one_error_line(err)
     assert np.all([line.startswith("dali-backend index: error:") for line in err.splitlines() if line])
+
+
+def test_a_utf16_csv_with_its_byte_order_mark_reads_without_options(tmp_path):
+    """Excel's "Unicode Text" export: UTF-16 with a byte-order mark, which says the encoding itself."""
+    from conftest import jpeg_bytes, write
+
+    write(tmp_path / "data" / "scratch" / "a.jpg", jpeg_bytes(seed=1))
+    write(tmp_path / "data" / "normal" / "b.jpg", jpeg_bytes(seed=2))
+    manifest = tmp_path / "labels.csv"
+    manifest.write_bytes("path,label\r\nscratch\\a.jpg,scratch\r\nnormal/b.jpg,normal\r\n".encode("utf-16"))
+    index = SampleIndex.from_manifest(manifest, root=tmp_path / "data", progress=False)
+    assert len(index) == 2 and sorted(index.classes) == ["normal", "scratch"]

@@ -303,6 +303,8 @@ def test_a_workers_error_that_mentions_a_timeout_is_raised_not_taken_for_a_poll_
     raised = iter([RuntimeError(f"DataLoader timed out after {WAIT_POLL_S} seconds"), RuntimeError("x"), ("batch",)])
 
     class Batches:
+        _timeout = 0  # torch's iterator with worker processes: the executor sets its wait per step
+
         def __next__(self):
             item = next(raised)
             if isinstance(item, BaseException):
@@ -314,8 +316,57 @@ def test_a_workers_error_that_mentions_a_timeout_is_raised_not_taken_for_a_poll_
     storage = iter([RuntimeError("Caught RuntimeError in DataLoader worker: NFS read timed out after 30 seconds")])
 
     class Failing:
+        _timeout = 0
+
         def __next__(self):
             raise next(storage)
 
     with pytest.raises(RuntimeError, match="NFS read timed out"):
         executor._next_batch(Failing())
+
+
+def test_a_new_pass_after_break_waits_for_busy_persistent_workers(defect_root, tmp_path):
+    """Persistent workers still busy with the old pass's prefetch: the next pass waits for them (it used
+    to raise torch's 'DataLoader timed out after 0.05 seconds' from the resume handshake)."""
+    proc = run_child(tmp_path, PRELUDE + """
+import time
+slow = ds.reader.read
+def read(*a, **k):
+    time.sleep(0.1)
+    return slow(*a, **k)
+ds.reader.read = read
+loader = DaliLoader(ds, batch_size=4, device="cpu", backend="torch", num_workers=1, prefetch_factor=4)
+for p in range(3):
+    for k, _ in enumerate(loader):
+        if p < 2 and k == 0:
+            break
+print("RESULT ok")
+loader.close()
+""", root=str(defect_root), size=16)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "RESULT ok" in proc.stdout
+
+
+def test_the_torch_backend_leaves_the_global_rng_alone(defect_index):
+    """DataLoader draws each pass's worker seed from torch's global RNG; the executor gives it its own
+    generator, so a training script's random numbers do not depend on the backend."""
+    ds = ImageDataset(defect_index, AugmentSpec(size=16))
+    with DaliLoader(ds, batch_size=8, backend="torch", device="cpu", num_workers=1, seed=0) as loader:
+        torch.manual_seed(5)
+        list(loader)
+        after = torch.rand(1)
+    torch.manual_seed(5)
+    assert torch.equal(after, torch.rand(1))
+
+
+def test_nan_timeout_is_refused(defect_index):
+    with pytest.raises(ConfigError, match="timeout=nan"):
+        DaliLoader(ImageDataset(defect_index, AugmentSpec(size=16)), batch_size=4, backend="torch", timeout=float("nan"))
+
+
+def test_eval_removes_a_blur_of_random_sigma_and_keeps_a_fixed_one():
+    from dali_backend.transforms import CenterCrop, GaussianBlur
+
+    spec = AugmentSpec(ops=[GaussianBlur(5), GaussianBlur(3, 1.0), CenterCrop(8)])
+    assert [type(op).__name__ for op in spec.eval().ops] == ["GaussianBlur", "CenterCrop"]
+    assert spec.eval().ops[0] == GaussianBlur(3, 1.0) and not spec.eval().is_random

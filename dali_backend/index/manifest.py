@@ -42,7 +42,8 @@ LEGACY_ENCODINGS = ("gbk", "cp1252")
 
 
 def _manifest_text(path: Path, encoding: str | None = None) -> str:
-    """The manifest's text, decoded as UTF-8 (a byte-order mark is skipped) or as ``encoding``.
+    """The manifest's text, decoded as UTF-8 (a byte-order mark is skipped; a UTF-16 one means UTF-16) or
+    as ``encoding``.
 
     A byte that does not decode is a ManifestError naming the file, the line, the byte offset and the
     fix (re-save as UTF-8, or pass ``encoding=``: the message shows how the line reads in
@@ -60,6 +61,8 @@ def _manifest_text(path: Path, encoding: str | None = None) -> str:
     except OSError as e:
         raise ManifestError(f"manifest {str(path)!r} is unreadable ({e.strerror or e}); pass the path of a CSV or JSON "
                             "file") from e
+    if encoding is None and data[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
+        encoding = "utf-16"  # a UTF-16 byte-order mark says it all (Excel's "Unicode Text" export)
     try:
         text = data.decode(encoding or "utf-8-sig")
     except UnicodeDecodeError as e:

@@ -212,9 +212,6 @@ class GaussianBlur(Transform):
     def sample(self, u, size):
         return {"sigma": np.array(centred(u[0], *self._range), np.float32)}
 
-    def eval(self):
-        return self
-
     @property
     def is_random(self) -> bool:
         return self._range[1] > 0
