@@ -130,7 +130,7 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
         # The ceiling (gray decode + CLAHE, no loader) bounds what the preset's contract can reach. It is
         # no bound for the recipe (no CLAHE, its crop decoded alone): a ratio there would mean nothing.
         r["ratio_to_ceiling"] = r["images_per_s"] / ceiling if not r["name"].startswith("recipe-") else None
-        if ref is not None and r["name"] in PRESET_LOADERS:  # the same contract with no loader around it
+        if ref is not None and r["name"] in ("reference", *PRESET_LOADERS):  # the same contract, no loader around it
             r["ratio_to_reference"] = r["images_per_s"] / ref["images_per_s"]
             r["overhead_ms_per_image"] = 1000 * (r["cpu_s_per_image"] - ref["cpu_s_per_image"])
     from .measure import PEAK_RSS_INTERVAL_S

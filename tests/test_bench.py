@@ -77,7 +77,7 @@ def test_bench_every_contender_end_to_end(tmp_path):
     for r in data["results"]:
         assert FIELDS <= r.keys() and r["images_per_s"] > 0
         # the reference and its overhead compare loaders of the same contract (the preset) only
-        assert ({"ratio_to_reference", "overhead_ms_per_image"} <= r.keys()) == (r["name"] in ("fallback", "dali-cpu"))
+        assert ({"ratio_to_reference", "overhead_ms_per_image"} <= r.keys()) == (r["name"] in ("reference", "fallback", "dali-cpu"))
 
 
 def test_gpu_check_script_parses_and_its_probe_runs_on_the_cpu(tmp_path):
