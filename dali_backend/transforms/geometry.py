@@ -386,6 +386,11 @@ class _Flip(Transform):
     UNIFORMS = 1
     AXIS = 1
 
+    @classmethod
+    def from_torchvision(cls, t) -> _Flip:
+        """The flip for torchvision transform ``t`` (its probability ``p``)."""
+        return cls(float(t.p))
+
     def __post_init__(self):
         object.__setattr__(self, "p", check_probability(self.p, type(self).__name__))
 
@@ -411,12 +416,6 @@ class RandomHorizontalFlip(_Flip):
     """Mirror left-right with probability ``p``."""
 
     TORCHVISION = ("RandomHorizontalFlip",)  # the torchvision transforms this operation reproduces (class names)
-
-    @classmethod
-    def from_torchvision(cls, t) -> RandomHorizontalFlip:
-        """This operation for torchvision transform ``t`` (read by attribute; see :mod:`.tvread`)."""
-        return cls(float(t.p))
-
     EXAMPLES = ("RandomHorizontalFlip()",)
     TOLERANCE = 0
 
@@ -429,12 +428,6 @@ class RandomVerticalFlip(_Flip):
     """Mirror top-bottom with probability ``p``."""
 
     TORCHVISION = ("RandomVerticalFlip",)  # the torchvision transforms this operation reproduces (class names)
-
-    @classmethod
-    def from_torchvision(cls, t) -> RandomVerticalFlip:
-        """This operation for torchvision transform ``t`` (read by attribute; see :mod:`.tvread`)."""
-        return cls(float(t.p))
-
     EXAMPLES = ("RandomVerticalFlip()",)
     TOLERANCE = 0
 
