@@ -8,6 +8,7 @@ import logging
 import numpy as np
 
 from ..errors import BadImageError, LoaderWorkerError
+from .failures import parse_dali_failure
 from .wire import KIND_DRAW, Col
 
 
@@ -59,23 +60,19 @@ class _DaliExecutor:
         are served again here as the worker served them and decoded with OpenCV, the fallback's decoder.
         If none is refused, the error is DALI's own, and it is raised.
         """
-        import re
-
         import cv2
 
         reader, text = self.dataset.reader, str(failure.error)
-        found = re.search(r"sample #(\d+)", text)
-        if found is None and "decod" not in text.lower():  # not a decoder: a reader callback raised, say
+        what = parse_dali_failure(text)
+        if not what.from_decoder:  # a reader callback raised, another operator failed: DALI's own error
             raise LoaderWorkerError(f"DALI's pipeline failed: {text.strip()[:3000]}; the next pass starts a new "
                                     "pipeline") from failure.error
         rows = np.concatenate(failure.in_flight)
         rows = rows[rows[:, Col.KIND] == KIND_DRAW]
-        ordered = [np.concatenate([b[int(found.group(1)):int(found.group(1)) + 1] for b in failure.in_flight]), rows] \
-            if found else [rows]
+        k = what.sample
+        ordered = [np.concatenate([b[k:k + 1] for b in failure.in_flight]), rows] if k is not None else [rows]
         flag = cv2.IMREAD_GRAYSCALE if self.dataset.spec.color == "gray" else cv2.IMREAD_COLOR
-        noise = ("pipeline object is no longer valid", "critical error", "error in", "encountered", "file ")
-        detail = next((line.strip() for line in reversed(text.splitlines())
-                       if line.strip() and not any(n in line.lower() for n in noise) and "sample #" not in line), "")[:200]
+        detail = what.reason
         for candidates in ordered:
             refused = []
             for _, index, epoch, position, kind in candidates.tolist():
