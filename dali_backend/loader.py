@@ -99,6 +99,75 @@ def announce_backend(device: str, backend: str, chosen: str, reason: str) -> Non
 
 
 
+def _refuse_arguments(dataset, sampler, shuffle: bool, batch_sampler, collate_fn, worker_init_fn,
+                      batch_transform) -> None:
+    """``DataLoader`` arguments this loader cannot honour, or given as the wrong thing: one ConfigError each."""
+    from ._own import own
+
+    if not isinstance(dataset, own("fallback.dataset").ImageDataset):
+        raise ConfigError(f"DaliLoader: dataset must be an ImageDataset, got {type(dataset).__name__}; "
+                          "wrap your index: ImageDataset(SampleIndex.from_folder(root), AugmentSpec())")
+    if batch_sampler is not None:
+        raise ConfigError("DaliLoader: batch_sampler= is not supported: batches are planned from sampler= and "
+                          "batch_size= (pass your sampler of indices as sampler= and the batch size)")
+    if collate_fn is not None:
+        raise ConfigError("DaliLoader: collate_fn= cannot apply: the loader assembles batches itself (uint8, then "
+                          "normalised on the device); use batch_transform=fn(images, labels) -> (images, labels)")
+    if batch_transform is not None and not callable(batch_transform):
+        raise ConfigError(f"DaliLoader: batch_transform={batch_transform!r}; pass a function "
+                          "fn(images, labels) -> (images, labels)")
+    if worker_init_fn is not None and not callable(worker_init_fn):
+        raise ConfigError(f"DaliLoader: worker_init_fn={worker_init_fn!r}; pass a function fn(worker_id)")
+    if sampler is not None and shuffle:
+        raise ConfigError("DaliLoader: sampler and shuffle=True are mutually exclusive (as in DataLoader); drop one")
+
+
+def _check_numbers(*, batch_size, num_workers, prefetch_factor, prefetch_queue_depth, hw_decoder_load,
+                   timeout) -> None:
+    """The numeric arguments: a ConfigError naming the argument, its value and what it must be."""
+    def integer(v) -> bool:
+        return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+    if not integer(batch_size) or batch_size < 1:
+        raise ConfigError(f"DaliLoader: batch_size={batch_size!r}; must be a positive integer")
+    if not integer(num_workers) or num_workers < 0:
+        raise ConfigError(f"DaliLoader: num_workers={num_workers!r}; must be a non-negative integer")
+    if prefetch_factor is not None and (not isinstance(prefetch_factor, int) or prefetch_factor < 1):
+        raise ConfigError(f"DaliLoader: prefetch_factor={prefetch_factor!r}; must be a positive integer or None")
+    if not isinstance(prefetch_queue_depth, int) or prefetch_queue_depth < 1:
+        raise ConfigError(f"DaliLoader: prefetch_queue_depth={prefetch_queue_depth!r}; must be >= 1")
+    if not isinstance(hw_decoder_load, (int, float)) or not 0.0 <= hw_decoder_load <= 1.0:
+        raise ConfigError(f"DaliLoader: hw_decoder_load={hw_decoder_load!r}; must be a number in [0, 1]")
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout >= 0:  # NaN too
+        raise ConfigError(f"DaliLoader: timeout={timeout!r}; must be a non-negative number of seconds (0: none)")
+
+
+# argument: (its default, backends on which it means nothing (a predicate of backend and num_workers), why)
+_UNUSED = {
+    "pin_memory": (False, lambda b, w: b != "torch", "DALI batches come from DALI's own pinned or device memory"),
+    "pin_memory_device": ("", lambda b, w: b != "torch", "DALI places batches itself"),
+    "hw_decoder_load": (0.65, lambda b, w: b != "dali-gpu", "only the GPU has a hardware JPEG decoder"),
+    "prefetch_queue_depth": (2, lambda b, w: b == "torch", "use prefetch_factor="),
+    "prefetch_factor": (None, lambda b, w: b == "torch" and w == 0, "without worker processes batches are made on demand"),
+    "py_start_method": (None, lambda b, w: b == "torch", "it starts DALI's reader workers"),
+    "in_order": (True, lambda b, w: True, "batches always come in order"),
+}
+
+
+def _warn_unused(backend: str, num_workers: int, **given) -> None:
+    """Warn once per argument given a value that has no effect on ``backend`` (DataLoader's arguments
+    are all accepted; silently ignoring one would hide a mistake)."""
+    context = given.pop("multiprocessing_context")
+    for name, value in given.items():
+        default, unused, why = _UNUSED[name]
+        if unused(backend, num_workers) and value != default:
+            warnings.warn(f"DaliLoader: {name}={value!r} has no effect on the {backend} backend ({why})",
+                          UserWarning, stacklevel=3)
+    if backend != "torch" and context not in (None, "fork", "spawn"):
+        warnings.warn(f"DaliLoader: multiprocessing_context={context!r} has no effect on the {backend} backend "
+                      "(DALI starts its reader workers with fork or spawn)", UserWarning, stacklevel=3)
+
+
 class DaliLoader(EpochLoaderMixin):
     """Drop-in for ``DataLoader`` over an :class:`ImageDataset`, on DALI when it can.
 
@@ -175,58 +244,19 @@ class DaliLoader(EpochLoaderMixin):
                  seed: int | None = None, prefetch_queue_depth: int = 2, hw_decoder_load: float = 0.65,
                  py_start_method: str | None = None, on_error: str | None = None, return_meta: bool = False,
                  batch_transform=None):
-        from ._own import own
-
-        ImageDataset = own("fallback.dataset").ImageDataset
         shuffle = bool(shuffle)
-        if not isinstance(dataset, ImageDataset):
-            raise ConfigError(f"DaliLoader: dataset must be an ImageDataset, got {type(dataset).__name__}; "
-                              "wrap your index: ImageDataset(SampleIndex.from_folder(root), AugmentSpec())")
-        if batch_sampler is not None:
-            raise ConfigError("DaliLoader: batch_sampler= is not supported: batches are planned from sampler= and "
-                              "batch_size= (pass your sampler of indices as sampler= and the batch size)")
-        if collate_fn is not None:
-            raise ConfigError("DaliLoader: collate_fn= cannot apply: the loader assembles batches itself (uint8, then "
-                              "normalised on the device); use batch_transform=fn(images, labels) -> (images, labels)")
-        if batch_transform is not None and not callable(batch_transform):
-            raise ConfigError(f"DaliLoader: batch_transform={batch_transform!r}; pass a function "
-                              "fn(images, labels) -> (images, labels)")
-        if worker_init_fn is not None and not callable(worker_init_fn):
-            raise ConfigError(f"DaliLoader: worker_init_fn={worker_init_fn!r}; pass a function fn(worker_id)")
-        if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ConfigError(f"DaliLoader: batch_size={batch_size!r}; must be a positive integer")
-        if not isinstance(num_workers, (int, np.integer)) or isinstance(num_workers, bool) or num_workers < 0:
-            raise ConfigError(f"DaliLoader: num_workers={num_workers!r}; must be a non-negative integer")
-        if sampler is not None and shuffle:
-            raise ConfigError("DaliLoader: sampler and shuffle=True are mutually exclusive (as in DataLoader); drop one")
-        if prefetch_factor is not None and (not isinstance(prefetch_factor, int) or prefetch_factor < 1):
-            raise ConfigError(f"DaliLoader: prefetch_factor={prefetch_factor!r}; must be a positive integer or None")
-        if not isinstance(prefetch_queue_depth, int) or prefetch_queue_depth < 1:
-            raise ConfigError(f"DaliLoader: prefetch_queue_depth={prefetch_queue_depth!r}; must be >= 1")
-        if not isinstance(hw_decoder_load, (int, float)) or not 0.0 <= hw_decoder_load <= 1.0:
-            raise ConfigError(f"DaliLoader: hw_decoder_load={hw_decoder_load!r}; must be a number in [0, 1]")
-        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout >= 0:  # NaN too
-            raise ConfigError(f"DaliLoader: timeout={timeout!r}; must be a non-negative number of seconds (0: none)")
+        _refuse_arguments(dataset, sampler, shuffle, batch_sampler, collate_fn, worker_init_fn, batch_transform)
+        _check_numbers(batch_size=batch_size, num_workers=num_workers, prefetch_factor=prefetch_factor,
+                       prefetch_queue_depth=prefetch_queue_depth, hw_decoder_load=hw_decoder_load, timeout=timeout)
         self.backend, device_id, reason = choose_backend(device, backend)
         announce_backend(device, backend, self.backend, reason)
         dali = self.backend != "torch"
         context = multiprocessing_context
         context_method = context if isinstance(context, str) or context is None else context.get_start_method()
-        ignored = {"pin_memory": (pin_memory, False, dali, "DALI batches come from DALI's own pinned or device memory"),
-                   "pin_memory_device": (pin_memory_device, "", dali, "DALI places batches itself"),
-                   "hw_decoder_load": (hw_decoder_load, 0.65, self.backend != "dali-gpu",
-                                       "only the GPU has a hardware JPEG decoder"),
-                   "prefetch_queue_depth": (prefetch_queue_depth, 2, not dali, "use prefetch_factor="),
-                   "prefetch_factor": (prefetch_factor, None, not dali and num_workers == 0,
-                                       "without worker processes batches are made on demand"),
-                   "py_start_method": (py_start_method, None, not dali, "it starts DALI's reader workers"),
-                   "in_order": (in_order, True, True, "batches always come in order"),
-                   "multiprocessing_context": (context_method, None, dali and context_method not in (None, "fork", "spawn"),
-                                               "DALI starts its reader workers with fork or spawn")}
-        for name, (value, default, unused, why) in ignored.items():
-            if unused and value != default:
-                warnings.warn(f"DaliLoader: {name}={value!r} has no effect on the {self.backend} backend ({why})",
-                              UserWarning, stacklevel=2)
+        _warn_unused(self.backend, num_workers, pin_memory=pin_memory, pin_memory_device=pin_memory_device,
+                     hw_decoder_load=hw_decoder_load, prefetch_queue_depth=prefetch_queue_depth,
+                     prefetch_factor=prefetch_factor, py_start_method=py_start_method, in_order=in_order,
+                     multiprocessing_context=context_method)
         if generator is not None and sampler is None:
             seed = int(generator.initial_seed()) % 2**63
         if seed is None and sampler is None:
@@ -247,6 +277,8 @@ class DaliLoader(EpochLoaderMixin):
         self._epoch_chosen = False  # set_epoch/load_state_dict since the last pass began
         self._last_pass_epoch: tuple | None = None  # (epoch, the sampler's set_epoch count) of the last pass
         if not dali:
+            from ._own import own
+
             self._executor = own("fallback.executor").TorchExecutor(
                 dataset, self.batch_size, self.on_error, num_workers=self.num_workers, pin_memory=pin_memory,
                 timeout=timeout, worker_init_fn=worker_init_fn, prefetch_factor=prefetch_factor,
