@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from dali_backend.synthetic import make_image
     from dali_backend.transforms import RandomResizedCrop
-    from dali_backend.transforms.geometry import _dali_resize, _dali_slice
+    from dali_backend.transforms.resize import _dali_resize
+    from dali_backend.transforms.window import _dali_slice
 
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--images", type=int, default=16)

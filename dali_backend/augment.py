@@ -17,7 +17,7 @@ import numpy as np
 from .errors import ConfigError
 from .transforms import Clahe, ColorJitter, Grayscale, Normalize, RandomRotation, Resize, ToDtype, Transform
 from .transforms.base import Param, uniforms
-from .transforms.geometry import letterbox_size
+from .transforms.resize import letterbox_size
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

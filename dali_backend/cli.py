@@ -229,7 +229,8 @@ def crop_windows(spec, params: list[dict], size: tuple[int, int]) -> list[tuple[
     Windows are traced back through the operations before them while those only resize (exact or
     shorter side) or change values; after a flip, turn, rotation or letterbox the trace stops (a
     rectangle would no longer be a rectangle of the original), and later crops are not drawn."""
-    from .transforms.geometry import Resize, _Crop
+    from .transforms.crop import _Crop
+    from .transforms.resize import Resize
 
     out = []
     top, left, sy, sx = 0.0, 0.0, 1.0, 1.0  # the current frame's pixel (y, x) = (top + sy*y, left + sx*x)
@@ -266,7 +267,7 @@ def cmd_preview(args) -> int:
     from .dali.devices import _dali_importable
     from .loader import DaliLoader
     from .sampler import WeightedSampler
-    from .transforms.geometry import _Crop as _CropOp
+    from .transforms.crop import _Crop as _CropOp
 
     index = load_data(args.data, args.root, args.no_check)
     not_shown = []

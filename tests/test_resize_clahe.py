@@ -46,7 +46,7 @@ def dali_resize(images: list[np.ndarray], sizes: list[tuple[int, int]], antialia
     pytest.importorskip("nvidia.dali")
     from nvidia.dali import fn, pipeline_def, types
 
-    from dali_backend.transforms.geometry import _dali_resize
+    from dali_backend.transforms.resize import _dali_resize
 
     hwc = [np.ascontiguousarray(im if im.ndim == 3 else im[:, :, None]) for im in images]
     hs = [np.array(h, np.int32) for h, _ in sizes]

@@ -17,14 +17,16 @@ import pkgutil
 
 from .base import REGISTRY, GraphContext, Param, Transform, uniforms
 from .color import Clahe, ColorJitter, GaussianBlur, Grayscale
-from .geometry import (CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomRot90, RandomRotation,
-                       RandomVerticalFlip, Resize)
+from .crop import CenterCrop, RandomCrop, RandomResizedCrop
+from .flip import RandomHorizontalFlip, RandomRot90, RandomVerticalFlip
+from .resize import Resize
+from .rotation import RandomRotation
 from .output import Normalize, ToDtype
 
 # Every other module of this package that holds operations registers them by being imported; the
 # modules that hold none are named here (kernels imported lazily by their operation, the torchvision
 # reader). A new operation's module needs no line anywhere.
-NOT_OPERATIONS = frozenset({"base", "resample", "clahe_graph", "torchvision", "tvread"})
+NOT_OPERATIONS = frozenset({"base", "resample", "clahe_graph", "torchvision", "tvread", "window"})
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in NOT_OPERATIONS:
         importlib.import_module(f"{__name__}.{_module.name}")
