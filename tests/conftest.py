@@ -105,3 +105,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "torchvision" in item.name.lower():
             item.add_marker(pytest.mark.torchvision)
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    """``dali_backend.cli.main(argv)`` in this process: (exit status, stdout, stderr); argparse's exits included."""
+    from dali_backend.cli import main
+
+    try:
+        rc = main(argv)
+    except SystemExit as e:
+        rc = e.code
+    out = capsys.readouterr()
+    return rc, out.out, out.err

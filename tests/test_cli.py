@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import jpeg_bytes, write
+from conftest import run_cli
 from dali_backend import SampleIndex
 from dali_backend.cli import letterbox_tile, main
 
@@ -24,16 +25,6 @@ def small_root(tmp_path) -> Path:
     for i in range(10):
         write(tmp_path / "d" / ("ok" if i % 2 else "dent") / f"{i}.jpg", jpeg_bytes(seed=i))
     return tmp_path / "d"
-
-
-def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    """``main(argv)`` in this process: (exit status, stdout, stderr); argparse's exits included."""
-    try:
-        rc = main(argv)
-    except SystemExit as e:
-        rc = e.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 def test_help_lists_subcommands(capsys):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import jpeg_bytes, with_exif_orientation, write
+from conftest import run_cli
 from dali_backend import AugmentSpec, ConfigError, ImageDataset, IndexBuildError, ManifestError, SampleIndex
 from dali_backend.cli import build_parser, main
 from dali_backend.index import INDEX_CLI_FLAGS
@@ -22,15 +23,6 @@ from dali_backend.transforms import Grayscale, Normalize, RandomHorizontalFlip, 
 
 ROOT = Path(__file__).resolve().parents[1]
 CN_RULES = {"normal": ["正常"], "scratch": ["划痕"], "dent": ["凹坑"]}
-
-
-def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        rc = main(argv)
-    except SystemExit as e:
-        rc = e.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 def one_error_line(err: str) -> str:

@@ -37,6 +37,17 @@ import numpy as np, torch
 from dali_backend import AugmentSpec, DaliLoader, SampleIndex
 from fallback import ImageDataset
 ds = ImageDataset(SampleIndex.from_folder({root!r}, progress=False), AugmentSpec(size={size}), seed=0)
+
+
+def slow_reads(seconds):  # every file read takes `seconds` more: slow storage, busy workers
+    import time
+    read = ds.reader.read
+
+    def slow(*a, **k):
+        time.sleep(seconds)
+        return read(*a, **k)
+
+    ds.reader.read = slow
 """
 
 
@@ -77,11 +88,7 @@ def test_close_from_another_thread_ends_a_waiting_iterator(defect_root, tmp_path
     proc = run_child(tmp_path, PRELUDE + """
 import time
 from dali_backend.errors import LoaderClosedError
-slow = ds.reader.read
-def read(*a, **k):
-    time.sleep(0.2)  # a slow share: every batch takes a while
-    return slow(*a, **k)
-ds.reader.read = read
+slow_reads(0.2)
 loader = DaliLoader(ds, batch_size=8, device="cpu", backend={backend!r}, num_workers=1)
 it = iter(loader)
 next(it)
@@ -251,11 +258,7 @@ def test_a_tiny_timeout_raises_the_loaders_timeout_error(defect_root, tmp_path, 
     proc = run_child(tmp_path, PRELUDE + """
 import time
 from dali_backend.errors import LoaderTimeoutError
-slow = ds.reader.read
-def read(*a, **k):
-    time.sleep(0.5)
-    return slow(*a, **k)
-ds.reader.read = read
+slow_reads(0.5)
 with DaliLoader(ds, batch_size=4, device="cpu", backend={backend!r}, num_workers=1, timeout=1e-6) as loader:
     t = time.monotonic()
     try:
@@ -330,11 +333,7 @@ def test_a_new_pass_after_break_waits_for_busy_persistent_workers(defect_root, t
     to raise torch's 'DataLoader timed out after 0.05 seconds' from the resume handshake)."""
     proc = run_child(tmp_path, PRELUDE + """
 import time
-slow = ds.reader.read
-def read(*a, **k):
-    time.sleep(0.1)
-    return slow(*a, **k)
-ds.reader.read = read
+slow_reads(0.1)
 loader = DaliLoader(ds, batch_size=4, device="cpu", backend="torch", num_workers=1, prefetch_factor=4)
 for p in range(3):
     for k, _ in enumerate(loader):
