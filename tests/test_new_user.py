@@ -16,7 +16,7 @@ import pytest
 from conftest import jpeg_bytes, with_exif_orientation, write
 from conftest import run_cli
 from dali_backend import AugmentSpec, ConfigError, ImageDataset, IndexBuildError, ManifestError, SampleIndex
-from dali_backend.cli import build_parser, main
+from dali_backend.cli import build_parser
 from dali_backend.index import INDEX_CLI_FLAGS
 from dali_backend.labelling import KeywordRules
 from dali_backend.transforms import Grayscale, Normalize, RandomHorizontalFlip, RandomResizedCrop, Resize
