@@ -1,4 +1,5 @@
-""":class:`SampleIndex`: the files, their labels and the refused files, in numpy arrays; its builders."""
+""":class:`SampleIndex`: the files, their labels and the refused files, in numpy arrays; building (the work is
+in :mod:`.build`), deriving, checking and saving it."""
 
 from __future__ import annotations
 
@@ -6,35 +7,24 @@ import hashlib
 import json
 import logging
 import os
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ..errors import ConfigError, IndexBuildError, IndexFileError, ManifestError, StaleIndexError
-from ..jpeg import DEFAULT_MAX_PIXELS, check_jpeg, not_regular_reason
+from ..errors import ConfigError, IndexFileError, StaleIndexError
+from ..jpeg import DEFAULT_MAX_PIXELS, not_regular_reason
 from ..labelling import DEFAULT_KEYWORDS, KeywordRules
-from ..progress import track
 from ..strings import StringTable
-
-from .options import FORMAT_NAME, FORMAT_VERSION, JPEG_EXTENSIONS, Verify
-
-from .manifest import _path_as_written, _read_manifest
-from .options import _index_first, _name, _opt
-from .report import _grouped, _nothing_indexed, _reason_kind, _reject_same_file_twice, _rejected_digest
+from .build import check_candidates, folder_candidates, keyword_candidates, manifest_candidates
+from .options import FORMAT_NAME, FORMAT_VERSION, Verify, _capped
+from .report import _grouped, _reason_kind, _rejected_digest
 from .store import _check_meta, _damaged, _read_index_arrays, write_atomic
-from .verify import _decode_check
-from .walk import Rejected, _Candidates, _count, _follow_symlinks_hint, _is_inside, _norm_rel, _refuse_lookalikes, _refuse_split_layout, _resolve_classes, _subdirs, _walk_jpegs
-
-from .options import _capped
+from .walk import Rejected, _Candidates, _count
 
 log = logging.getLogger("dali_backend")
-
-
 
 
 class SampleIndex:
@@ -213,55 +203,8 @@ class SampleIndex:
             IndexBuildError: no folder, a split layout without ``split=``, look-alike class folder
                 names, or no usable JPEG at all (the message says what was found instead).
         """
-        root_path = Path(root)
-        if not root_path.is_dir():
-            raise IndexBuildError(f"data root {str(root)!r} is not a folder; pass the folder holding one sub-folder per class")
-        root_real = os.path.realpath(root_path)
-        base = root_path
-        if split is not None:
-            split_dirs = _subdirs(str(root_path))
-            if split not in split_dirs:
-                raise IndexBuildError(f"split {split!r} not found under {str(root)!r} (found: {split_dirs or 'no folders'})")
-            found = sorted(set().union(*(_subdirs(str(root_path / s)) for s in split_dirs)))
-            base = root_path / split
-        else:
-            found = _subdirs(str(root_path))
-            if classes is None:
-                _refuse_split_layout(root_path, found)
-        if classes is None:
-            keep = _opt("classes", found)
-            keep = (f"pass {keep} to keep them apart" if keep else
-                    f"to keep them apart, {_index_first(root, 'classes', found)}")
-            _refuse_lookalikes(found, lambda pairs: IndexBuildError(
-                f"class folders {pairs} under {str(root)!r} would become separate classes. Rename one folder of each "
-                f"pair (or move its files into the other), or {keep}"))
-        classes = _resolve_classes(found, classes, lambda unknown, cl: IndexBuildError(
-            f"class folders [{_capped([repr(u) for u in unknown], sep=', ')}] under {str(base)!r} are not in "
-            f"{_name('classes', cl)}; add them to it or move them out of the root"))
-        if not classes:
-            raise IndexBuildError(f"no class folders under {str(base)!r}; expected {str(base)}/<class>/*.jpg")
-        cand = _Candidates([], [], [], Counter())
-        visited = {root_real}
-        for entry in sorted(os.scandir(base), key=lambda e: e.name):
-            if not entry.is_dir():
-                rel = _norm_rel(os.path.relpath(entry.path, root_path))
-                if entry.name.lower().endswith(JPEG_EXTENSIONS) and not entry.name.startswith("."):
-                    cand.rejected.append(Rejected(rel, "not inside a class folder; move it into <root>/<class>/"))
-                else:
-                    cand.ignore(entry.name, rel)
-        for label, name in enumerate(classes):
-            folder = base / name
-            if not folder.is_dir():
-                continue
-            real = os.path.realpath(folder)
-            if not allow_outside_symlinks and not _is_inside(real, root_real):
-                cand.rejected.append(Rejected(_norm_rel(os.path.relpath(folder, root_path)),
-                                              f"class folder is a symlink leaving the data root (-> {real}); "
-                                              f"{_follow_symlinks_hint(root_path)}"))
-                continue
-            visited.add(real)
-            _walk_jpegs(str(folder), str(root_path), root_real, allow_outside_symlinks, cand, label, visited)
-        return cls._validated(root_path, cand, classes, verify, max_pixels, workers, progress)
+        return cls._validated(*folder_candidates(root, split, classes, allow_outside_symlinks), verify,
+                              max_pixels, workers, progress)
 
     @classmethod
     def from_keywords(cls, root: str | os.PathLike, rules: Mapping[str, Sequence[str]] | KeywordRules = DEFAULT_KEYWORDS,
@@ -275,23 +218,8 @@ class SampleIndex:
         both after NFKC normalisation and case folding; see :mod:`dali_backend.labelling` for the
         exact rule. Files that match no class or several are put in :attr:`rejected`, never guessed.
         """
-        kw = rules if isinstance(rules, KeywordRules) else KeywordRules(rules)
-        root_path = Path(root)
-        if not root_path.is_dir():
-            raise IndexBuildError(f"data root {str(root)!r} is not a folder")
-        root_real = os.path.realpath(root_path)
-        found = _Candidates([], [], [], Counter())
-        _walk_jpegs(str(root_path), str(root_path), root_real, allow_outside_symlinks, found, 0, {root_real})
-        cand = _Candidates([], [], found.rejected, found.ignored, found.extensions, found.ignored_files)
-        class_id = {c: i for i, c in enumerate(kw.classes)}
-        for rel in found.paths:
-            name, reason = kw.label(rel)
-            if name is None:
-                cand.rejected.append(Rejected(rel, reason or "unlabelled"))
-            else:
-                cand.paths.append(rel)
-                cand.labels.append(class_id[name])
-        return cls._validated(root_path, cand, kw.classes, verify, max_pixels, workers, progress)
+        return cls._validated(*keyword_candidates(root, rules, allow_outside_symlinks), verify, max_pixels, workers,
+                              progress)
 
     @classmethod
     def from_manifest(cls, path: str | os.PathLike, root: str | os.PathLike | None = None, split: str | None = None, *,
@@ -332,99 +260,13 @@ class SampleIndex:
         labels that differ only in case or Unicode normalisation (``Dent`` and ``dent``) are an
         error unless ``classes=`` names both. A CSV error (an unclosed quote) names its line.
         """
-        mpath = Path(path)
-        root_path = Path(root) if root is not None else mpath.parent
-        if not root_path.is_dir():
-            raise ManifestError(f"manifest root {str(root_path)!r} is not a folder; pass {_opt('root')} the folder the "
-                                "paths are relative to")
-        rows = _read_manifest(mpath, split, root_path, path_column, label_column, split_column, encoding)
-        root_real = os.path.realpath(root_path)
-        outside = []
-        cand = _Candidates([], [], [], Counter())
-        seen: dict[str, tuple[str, str]] = {}
-        entries = []
-        normalised: dict[str, str] = {}  # rel as written -> rel_norm: a repeated line costs no realpath()
-        root_abs = os.path.abspath(root_path)
-        for where, written, label in rows:
-            rel_norm = normalised.get(written)
-            if rel_norm is None:
-                rel = _path_as_written(root_path, written)
-                full = rel if os.path.isabs(rel) else os.path.join(root_path, rel)
-                real = os.path.realpath(full)
-                if not _is_inside(real, root_real):
-                    outside.append(f"{where}: {rel!r} -> {real}")
-                    continue
-                rel_norm = normalised[written] = _norm_rel(os.path.relpath(os.path.abspath(full), root_abs))
-            if rel_norm in seen:
-                first_where, first_label = seen[rel_norm]
-                what = "conflicting label " + repr(label) + " vs " + repr(first_label) if label != first_label else "duplicate"
-                cand.rejected.append(Rejected(rel_norm, f"{what}: listed again at {where} (first at {first_where})"))
-                continue
-            seen[rel_norm] = (where, label)
-            entries.append((rel_norm, label))
-        if outside:
-            shown = _capped(outside)
-            raise ManifestError(f"{mpath}: {_count(len(outside), 'entry resolves', 'entries resolve')} outside the root "
-                                f"{root_real!r} ({shown}). "
-                                f"Remove {'it' if len(outside) == 1 else 'them'} or pass {_opt('root')} a folder that "
-                                f"contains {'it' if len(outside) == 1 else 'them'}")
-        labels_found = sorted({lab for _, lab in entries})
-        if classes is None:
-            _refuse_lookalikes(labels_found, lambda pairs: ManifestError(
-                f"{mpath}: labels {pairs} would become separate classes. Spell each class one way in the manifest, "
-                f"or pass {_opt('classes', labels_found)} to keep them apart"))
-        classes = _resolve_classes(labels_found, classes, lambda unknown, cl: ManifestError(
-            f"{mpath}: labels {_capped([repr(u) for u in unknown], sep=', ')} are not in {_name('classes', cl)}; add "
-            "them or fix the manifest"))
-        class_id = {c: i for i, c in enumerate(classes)}
-        for rel, lab in entries:
-            cand.paths.append(rel)
-            cand.labels.append(class_id[lab])
-        if not classes:
-            raise ManifestError(f"{mpath}: no entries" + (f" for split {split!r}" if split else ""))
-        return cls._validated(root_path, cand, classes, verify, max_pixels, workers, progress)
+        built = manifest_candidates(path, root, split, classes, path_column, label_column, split_column, encoding)
+        return cls._validated(*built, verify, max_pixels, workers, progress)
 
     @classmethod
     def _validated(cls, root: Path, cand: _Candidates, classes: Sequence[str], verify: Verify, max_pixels: int,
                    workers: int, progress: bool | None) -> SampleIndex:
-        if verify not in ("header", "decode", "none"):
-            raise ConfigError(f"verify={verify!r}; use 'header' (default), 'decode' or 'none'")
-        if max_pixels <= 0:
-            raise ConfigError(f"max_pixels={max_pixels}; must be a positive pixel count (default {DEFAULT_MAX_PIXELS})")
-        root_s = str(root)
-        n = len(cand.paths)
-        decode = verify == "decode"
-
-        def check(rel: str) -> tuple[str | None, int, int, int, int, tuple]:
-            full = os.path.join(root_s, rel)
-            try:
-                st = os.stat(full)  # follows symlinks; opens nothing
-            except FileNotFoundError:
-                return "missing file", 0, 0, 0, 0, ()
-            except OSError as e:
-                return f"unreadable ({type(e).__name__}: {e.strerror or e})", 0, 0, 0, 0, ()
-            size, mtime = st.st_size, st.st_mtime_ns
-            identity = (st.st_dev, st.st_ino) if st.st_ino else (os.path.realpath(full),)
-            reason = not_regular_reason(st.st_mode)  # a FIFO would block the first open() forever
-            if reason or verify == "none":
-                return reason, size, mtime, 0, 0, identity
-            res = check_jpeg(full, max_pixels)
-            if res.reason is None and decode:
-                reason = _decode_check(full)
-                if reason:
-                    return reason, size, mtime, res.width, res.height, identity
-            return res.reason, size, mtime, res.width, res.height, identity
-
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            results = list(track(pool.map(check, cand.paths), total=n, desc="indexing", enabled=progress))
-        reasons = [r[0] for r in results]
-        _reject_same_file_twice(cand, classes, reasons, [r[5] for r in results])
-        keep = [i for i, r in enumerate(reasons) if r is None]
-        rejected = list(cand.rejected) + [Rejected(cand.paths[i], r) for i, r in enumerate(reasons) if r is not None]
-        rejected.sort(key=lambda r: r.path)
-        if not keep:
-            raise IndexBuildError(_nothing_indexed(root, cand, rejected))
-        cols = np.array([r[1:5] for r in results], dtype=np.int64).reshape(-1, 4)[keep]
+        keep, cols, rejected = check_candidates(root, cand, classes, verify, max_pixels, workers, progress)
         index = cls(root, StringTable.from_strings(cand.paths[i] for i in keep), np.asarray(cand.labels, np.int64)[keep],
                     classes, cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], rejected, cand.ignored,
                     sorted(cand.ignored_files, key=lambda r: r.path))
