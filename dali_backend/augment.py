@@ -378,6 +378,23 @@ class AugmentSpec:
         """``params`` (from :meth:`make_params`) as the arrays the DALI external source sends, in :attr:`wire` order."""
         return [p.array(params[k][p.name]) for k, p in self.wire]
 
+    def describe_params(self, params: list[dict], batch_params: list[dict] | None = None) -> dict:
+        """One draw's parameters (:meth:`make_params`, and :meth:`make_batch_params` when there are batch
+        operations) as ``return_meta`` shows them, in plain values: the preset's three numbers
+        (``angle``, ``brightness``, ``contrast``), or one entry per operation under its class name
+        (``Name#2`` for the second of a name)."""
+        if self.ops is None:
+            rotation, jitter = params[-2], params[-1]  # the preset's list ends with RandomRotation, ColorJitter
+            return {"angle": float(np.asarray(rotation.get("angle", 0.0))),
+                    "brightness": float(np.asarray(jitter.get("brightness", 1.0))),
+                    "contrast": float(np.asarray(jitter.get("contrast", 1.0)))}
+        out: dict = {}
+        for op, values in [*zip(self.transforms, params), *zip(self.batch_ops, batch_params or ())]:
+            name = type(op).__name__
+            key = name if name not in out else f"{name}#{sum(k.split('#')[0] == name for k in out) + 1}"
+            out[key] = {k: np.asarray(v).tolist() for k, v in values.items()}
+        return out
+
     def letterbox_size(self, height: int, width: int) -> tuple[int, int]:
         """``(h, w)`` a ``height`` x ``width`` image is resized to in letterbox mode (float32 math, as DALI)."""
         return letterbox_size(height, width, self.height, self.width)
@@ -453,9 +470,9 @@ def draw_params(spec: AugmentSpec, seed: int, epoch: int, position: int) -> AugP
         raise ConfigError("draw_params describes the preset's three numbers; for an operation list use "
                           "spec.make_params(seed, epoch, position, image_size)")
     # the preset's list ends with RandomRotation and ColorJitter: their own parameters, read (one function
-    # draws them all: Transform.make_params), as float32 values, what the DALI operators receive
+    # draws them all: Transform.make_params), as float32 values, what the DALI operators receive; the
+    # size-dependent operations before them (a letterbox) are not drawn, so no image size is needed
     found = {type(op): (op, off) for op, off in zip(spec.transforms, spec._offsets)}  # type: ignore[attr-defined]
     (rotation, r_off), (jitter, j_off) = found[RandomRotation], found[ColorJitter]
-    angle = rotation.make_params(seed, epoch, position, None, r_off)["angle"]
-    bc = jitter.make_params(seed, epoch, position, None, j_off)
-    return AugParams(float(angle), float(bc.get("brightness", 1.0)), float(bc.get("contrast", 1.0)))
+    return AugParams(**spec.describe_params([rotation.make_params(seed, epoch, position, None, r_off),
+                                             jitter.make_params(seed, epoch, position, None, j_off)]))

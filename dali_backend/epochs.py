@@ -114,38 +114,16 @@ class EpochLoaderMixin:
             st.skipped_files.append((index.abspath(int(p)), index.abspath(int(s))))
         self._batches_done += 1
 
-    def _batch_meta(self, planned: np.ndarray, served: np.ndarray, epochs: np.ndarray, positions: np.ndarray) -> dict:
-        """What produced each sample of a batch (``return_meta=True``): indices, draw, path, parameters."""
+    def _batch_meta(self, batch, batch_params: list | None) -> dict:
+        """What produced each sample of a batch (``return_meta=True``): indices, draw, path, and the
+        parameters the executor augmented each draw with (and the batch operations' own)."""
         ds = self.dataset
-        params = [self._draw_params(int(i), int(e), int(p)) for i, e, p in zip(served.tolist(), epochs.tolist(),
-                                                                            positions.tolist())]
+        per_draw = batch_params if batch_params is not None else [None] * len(batch.served)
+        params = [ds.spec.describe_params(p, b) for p, b in zip(batch.params, per_draw)]
         as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
-        return {"index": as_tensor(served), "planned": as_tensor(planned), "epoch": as_tensor(epochs),
-                "position": as_tensor(positions), "path": [ds.index.abspath(int(i)) for i in served],
+        return {"index": as_tensor(batch.served), "planned": as_tensor(batch.planned), "epoch": as_tensor(batch.epochs),
+                "position": as_tensor(batch.positions), "path": [ds.index.abspath(int(i)) for i in batch.served],
                 "params": params}
-
-    def _draw_params(self, index: int, epoch: int, position: int) -> dict:
-        """One draw's augmentation parameters as plain values: the preset's three numbers, or per operation."""
-        from .sampler import Draw
-
-        ds = self.dataset
-        spec = ds.spec
-        if spec.ops is None:
-            return ds.params(Draw(index, epoch, position))._asdict()
-        size = None
-        if spec.needs_size:  # size-dependent operations (crops): the served file's decoded size, from its header
-            from .jpeg import decoded_size
-
-            with open(ds.index.abspath(index), "rb") as f:
-                size = decoded_size(f.read())
-        out: dict = {}
-        pairs = [*zip(spec.transforms, spec.make_params(ds.seed, epoch, position, size)),
-                 *zip(spec.batch_ops, spec.make_batch_params(ds.seed, epoch, position))]
-        for op, values in pairs:
-            name = type(op).__name__
-            key = name if name not in out else f"{name}#{sum(k.split('#')[0] == name for k in out) + 1}"
-            out[key] = {k: np.asarray(v).tolist() for k, v in values.items()}
-        return out
 
     def _end_epoch(self) -> None:
         st = self._stats

@@ -8,7 +8,8 @@ uint8 pixels.
 
 The executors live below the facade: :mod:`dali_backend.dali` (DALI's graph on the GPU or on CPU
 operators) and :mod:`fallback.executor` (OpenCV in ``DataLoader`` workers). The facade knows them by
-their protocol: ``run(rows, key, plan_next)`` yields uint8 batches, ``recover(failure)`` repairs an
+their protocol and records (:mod:`dali_backend.boundary`): ``run(rows, key, plan_next)`` yields a
+:class:`~dali_backend.boundary.Batch` per batch, ``recover(failure)`` repairs an
 :class:`~dali_backend.errors.ExecutorFailed`, ``abandon()`` and ``close()``.
 """
 
@@ -22,18 +23,15 @@ from typing import Literal
 import numpy as np
 import torch
 
-from .epochs import EpochLoaderMixin
-from .errors import ConfigError, FallbackWarning, LoaderClosedError, StaleIteratorError
-from .sampler import WeightedSampler, default_sampler, default_seed, plan_epoch
-from .reading import check_on_error
-from .tensors import apply_batch_ops, normalize, release_pooled_outputs
-
-
+from .boundary import Batch, Executor, planned_rows
 from .dali.devices import _dali_importable, _local_device_id, cuda_device_count
 from .dali.executor import _DaliExecutor
 from .dali.runner import _DaliRunner
-from .dali.wire import KIND_DRAW
-from .errors import ExecutorFailed
+from .epochs import EpochLoaderMixin
+from .errors import ConfigError, ExecutorFailed, FallbackWarning, LoaderClosedError, StaleIteratorError
+from .reading import check_on_error
+from .sampler import WeightedSampler, default_sampler, default_seed, plan_epoch
+from .tensors import apply_batch_ops, batch_params, normalize, release_pooled_outputs
 
 log = logging.getLogger("dali_backend")
 Backend = Literal["auto", "dali", "torch"]
@@ -276,13 +274,15 @@ class DaliLoader(EpochLoaderMixin):
         self._pass = 0  # passes started; an iterator of an older pass is stale
         self._epoch_chosen = False  # set_epoch/load_state_dict since the last pass began
         self._last_pass_epoch: tuple | None = None  # (epoch, the sampler's set_epoch count) of the last pass
+        self._executor: Executor
         if not dali:
             from ._own import own
 
             self._executor = own("fallback.executor").TorchExecutor(
                 dataset, self.batch_size, self.on_error, num_workers=self.num_workers, pin_memory=pin_memory,
                 timeout=timeout, worker_init_fn=worker_init_fn, prefetch_factor=prefetch_factor,
-                persistent_workers=persistent_workers, multiprocessing_context=context, pin_memory_device=pin_memory_device)
+                persistent_workers=persistent_workers, multiprocessing_context=context, pin_memory_device=pin_memory_device,
+                with_params=self.return_meta)
         else:
             if py_start_method is None and context_method in ("fork", "spawn"):
                 py_start_method = context_method
@@ -291,7 +291,7 @@ class DaliLoader(EpochLoaderMixin):
             # workers start now, before the user's CUDA work
             self._executor = _DaliExecutor(dataset, self.on_error, (
                 dataset, self.batch_size, self.backend, device_id, self.num_workers, prefetch_queue_depth,
-                hw_decoder_load, py_start_method, self.on_error, float(timeout), worker_init_fn))
+                hw_decoder_load, py_start_method, self.on_error, float(timeout), worker_init_fn, self.return_meta))
         self.device = self._executor.device
 
     # ------------------------------------------------------------------ epochs and passes
@@ -330,7 +330,7 @@ class DaliLoader(EpochLoaderMixin):
             bad = int(rows[(rows[:, 0] < 0) | (rows[:, 0] >= n), 0][0])
             raise IndexError(f"the sampler yielded sample index {bad}, outside [0, {n}) for the {n} samples of the "
                              "dataset's index; build the sampler on this index")
-        return np.concatenate([rows, np.full((len(rows), 1), KIND_DRAW, np.int64)], axis=1)
+        return planned_rows(rows)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self._closed:
@@ -354,19 +354,15 @@ class DaliLoader(EpochLoaderMixin):
         self._begin_epoch(len(full))
         plan = self._cut(full)
         self._check_resumable(epoch, plan)
-        spec = self.dataset.spec
         try:
             while True:
                 rows = plan[self._batches_done * self.batch_size:]
                 try:
-                    for images, labels, planned, served, positions, epochs in self._run(epoch, rows):
+                    for batch in self._run(epoch, rows):
                         self._check_current(token)
-                        images = apply_batch_ops(normalize(images, spec), spec, self.dataset.seed, epochs, positions)
-                        if self.batch_transform is not None:
-                            images, labels = self.batch_transform(images, labels)
-                        meta = self._batch_meta(planned, served, epochs, positions) if self.return_meta else None
-                        self._account(planned, served, positions)  # counted once nothing can fail before the yield
-                        yield (images, labels) if meta is None else (images, labels, meta)
+                        if batch.bad:  # a file failed its checks under on_error="raise", in whichever process read it
+                            raise batch.bad[0].error()
+                        yield self._output(batch)
                         self._check_current(token)
                     break
                 except ExecutorFailed as failure:
@@ -380,6 +376,19 @@ class DaliLoader(EpochLoaderMixin):
             self._end_epoch()
         finally:  # also when the pass is left early (break, an error): no output memory stays resident
             release_pooled_outputs()
+
+    def _output(self, batch: Batch) -> tuple:
+        """What the user gets for one executor batch: normalised, batch operations and ``batch_transform``
+        applied, with its meta; counted once nothing can fail before the yield."""
+        spec, seed = self.dataset.spec, self.dataset.seed
+        per_draw = batch_params(spec, seed, batch.epochs, batch.positions) if spec.batch_ops else None
+        images = apply_batch_ops(normalize(batch.images, spec), spec, per_draw)
+        labels = batch.labels
+        if self.batch_transform is not None:
+            images, labels = self.batch_transform(images, labels)
+        meta = self._batch_meta(batch, per_draw) if self.return_meta else None
+        self._account(batch.planned, batch.served, batch.positions)
+        return (images, labels) if meta is None else (images, labels, meta)
 
     def _run(self, epoch: int, rows: np.ndarray):
         key = (id(self.sampler), epoch, self._batches_done) if isinstance(self.sampler, WeightedSampler) else None

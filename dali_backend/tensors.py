@@ -46,12 +46,17 @@ def normalize(batch: torch.Tensor, spec: AugmentSpec) -> torch.Tensor:
     return out
 
 
-def apply_batch_ops(images: torch.Tensor, spec: AugmentSpec, seed: int, epochs, positions) -> torch.Tensor:
+def batch_params(spec: AugmentSpec, seed: int, epochs, positions) -> list[list[dict]]:
+    """The parameters of the spec's batch operations for each sample (``epochs``, ``positions``: one
+    per sample): a pure function of the draws, drawn where the batch operations run."""
+    return [spec.make_batch_params(seed, int(e), int(p)) for e, p in zip(epochs, positions, strict=True)]
+
+
+def apply_batch_ops(images: torch.Tensor, spec: AugmentSpec, per_sample: list[list[dict]] | None) -> torch.Tensor:
     """The spec's batch operations (RandomErasing) on the normalised batch, each sample with its draw's
-    parameters (``epochs``, ``positions``: one per sample): the same code after either backend."""
+    parameters (:func:`batch_params`): the same code after either backend."""
     if not spec.batch_ops:
         return images
-    per_sample = [spec.make_batch_params(seed, int(e), int(p)) for e, p in zip(epochs, positions, strict=True)]
     for k, op in enumerate(spec.batch_ops):
         if not op.is_identity:
             images = op.apply_batch(images, [params[k] for params in per_sample])

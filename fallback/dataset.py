@@ -20,7 +20,7 @@ from torch.utils.data import Dataset, get_worker_info
 from dali_backend.augment import AugmentSpec, AugParams, draw_params
 from dali_backend.errors import BadImageError, ConfigError
 from dali_backend.index import SampleIndex
-from dali_backend.tensors import apply_batch_ops
+from dali_backend.tensors import apply_batch_ops, batch_params
 from dali_backend.reading import OnError, SampleReader, check_on_error
 from dali_backend.sampler import as_draw, check_epoch
 
@@ -138,13 +138,19 @@ class ImageDataset(Dataset):
         C = 1 in gray mode. The served index differs from the planned one only when ``skip``
         replaced a bad file; the label is always the served sample's.
         """
+        image, label, meta, _ = self.load_draw_with_params(item, on_error)
+        return image, label, meta
+
+    def load_draw_with_params(self, item, on_error: OnError | None = None):
+        """:meth:`load_draw` and the parameters the draw was augmented with (``spec.make_params``)."""
         _configure_worker()
         i, epoch, pepoch, position = resolve_item(item, self.epoch)
         if not 0 <= i < len(self.index):
             raise IndexError(f"sample index {i} out of range for {len(self.index)} samples")
         served, img = self.reader.serve(i, pepoch, position, on_error or self.on_error, lambda j: self.decode(j, epoch))
-        out = ops.apply_spec(img, self.spec, self.spec.make_params(self.seed, pepoch, position, img.shape[:2]))
-        return out, int(self.index.labels[served]), np.array([i, served, position], dtype=np.int64)
+        params = self.spec.make_params(self.seed, pepoch, position, img.shape[:2])
+        out = ops.apply_spec(img, self.spec, params)
+        return out, int(self.index.labels[served]), np.array([i, served, position], dtype=np.int64), params
 
     def load_uint8(self, item) -> tuple[NDArray[np.uint8], int]:
         """``(uint8 [C, H, W], label)`` with C = 1 in gray mode: augmented, not yet normalised."""
@@ -156,7 +162,7 @@ class ImageDataset(Dataset):
         out = ops.normalize(torch.from_numpy(img), self.spec)
         if self.spec.batch_ops:  # RandomErasing: the same code the loaders run on their batches
             _, _, epoch, position = resolve_item(item, self.epoch)
-            out = apply_batch_ops(out[None], self.spec, self.seed, [epoch], [position])[0]
+            out = apply_batch_ops(out[None], self.spec, batch_params(self.spec, self.seed, [epoch], [position]))[0]
         return out, torch.tensor(label, dtype=torch.int64)
 
     def __repr__(self) -> str:

@@ -17,15 +17,15 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from dali_backend.boundary import BadDraw, Batch, Plan, plain_params
 from dali_backend.errors import BadImageError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError
-from dali_backend.memory import EveryNth
-from dali_backend.sampler import Draw
+from dali_backend.memory import BATCHES_PER_TRIM, EveryNth
 from dali_backend.reading import SERVED_BAD
+from dali_backend.sampler import Draw
 
 from .dataset import ImageDataset
 
 
-TRIM_EVERY = 8  # batches between heap trims in the main process (measured: every batch cost ~0.4 ms/img at 640x480)
 # samples between heap trims in a worker: a trim returns the full-resolution temporaries' pages, which
 # the next image faults in again (measured at 2048x1536 -> 256: every 16 samples cost ~0.9 ms/img
 # beyond the reference, every 32 about 0, RSS growth over the run <= 4 %)
@@ -38,15 +38,17 @@ WAIT_POLL_S = 0.05
 
 
 class _Uint8View(Dataset):
-    """Returns the dataset's uint8 samples (and which sample was served) instead of normalised tensors.
+    """Returns the dataset's uint8 samples (and which sample was served) instead of normalised tensors,
+    with the draw's parameters when the loader asked for them (``return_meta``).
 
     A bad file under ``on_error="raise"`` is not raised in the worker (torch would re-raise it as text,
-    losing its fields): the sample comes back blank with ``served = SERVED_BAD`` and the error's fields,
-    and the loader raises :class:`BadImageError` when it reaches that batch, as the DALI path does.
+    losing its fields): the sample comes back blank with ``served = SERVED_BAD`` and a
+    :class:`~dali_backend.boundary.BadDraw`, and the loader raises :class:`BadImageError` when it
+    reaches that batch, as the DALI path does.
     """
 
-    def __init__(self, dataset: ImageDataset, on_error: str):
-        self.dataset, self.on_error = dataset, on_error
+    def __init__(self, dataset: ImageDataset, on_error: str, with_params: bool = False):
+        self.dataset, self.on_error, self.with_params = dataset, on_error, with_params
         self._trim = EveryNth(WORKER_TRIM_EVERY)  # each worker counts its own samples (its own copy)
 
     def __len__(self) -> int:
@@ -55,19 +57,19 @@ class _Uint8View(Dataset):
     def __getitem__(self, draw: Draw):
         self._trim()  # keep worker RSS flat (full-resolution temporaries)
         try:
-            image, label, meta = self.dataset.load_draw(draw, self.on_error)
-            return image, label, np.append(meta, draw.epoch), None
+            image, label, meta, params = self.dataset.load_draw_with_params(draw, self.on_error)
+            return image, label, np.append(meta, draw.epoch), plain_params(params) if self.with_params else None
         except BadImageError as e:
             spec = self.dataset.spec
             blank = np.zeros((1 if spec.color == "gray" else 3, spec.height, spec.width), np.uint8)
             return (blank, -1, np.array([draw.index, SERVED_BAD, draw.position, draw.epoch], np.int64),
-                    (e.path, e.index, e.label, e.epoch, e.reason))
+                    BadDraw.from_error(e))
 
 
 def _collate_uint8(samples: list[tuple]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, list]:
     images = torch.from_numpy(np.stack([s[0] for s in samples]))
     labels = torch.tensor([s[1] for s in samples], dtype=torch.int64)
-    return images, labels, np.stack([s[2] for s in samples]), [s[3] for s in samples if s[3] is not None]
+    return images, labels, np.stack([s[2] for s in samples]), [s[3] for s in samples]
 
 
 class _PlannedBatches(Sampler[list[Draw]]):
@@ -81,7 +83,9 @@ class _PlannedBatches(Sampler[list[Draw]]):
     def __iter__(self) -> Iterator[list[Draw]]:
         rows, size = self.executor.rows, self.executor.batch_size
         for start in range(0, len(rows), size):
-            yield [Draw(int(i), int(e), int(p)) for i, e, p in rows[start:start + size, :3].tolist()]
+            chunk = rows[start:start + size]
+            yield [Draw(int(i), int(e), int(p)) for i, e, p in
+                   chunk[:, [Plan.INDEX, Plan.EPOCH, Plan.POSITION]].tolist()]
 
     def __len__(self) -> int:
         return -(-len(self.executor.rows) // self.executor.batch_size)
@@ -98,15 +102,16 @@ class TorchExecutor:
 
     def __init__(self, dataset: ImageDataset, batch_size: int, on_error: str, num_workers: int = 0,
                  pin_memory: bool = False, timeout: float = 0, worker_init_fn=None, prefetch_factor: int | None = None,
-                 persistent_workers: bool = False, multiprocessing_context=None, pin_memory_device: str = ""):
-        self.batch_size, self.timeout = batch_size, timeout
-        self.rows = np.zeros((0, 3), np.int64)
-        self._trim = EveryNth(TRIM_EVERY)
+                 persistent_workers: bool = False, multiprocessing_context=None, pin_memory_device: str = "",
+                 with_params: bool = False):
+        self.batch_size, self.timeout, self.with_params = batch_size, timeout, with_params
+        self.rows = np.zeros((0, len(Plan)), np.int64)
+        self._trim = EveryNth(BATCHES_PER_TRIM)
         self._closed = False
         workers = num_workers > 0
         extra = {"pin_memory_device": pin_memory_device} if pin_memory and pin_memory_device else {}
         self._loader = DataLoader(
-            _Uint8View(dataset, on_error), batch_sampler=_PlannedBatches(self), num_workers=num_workers,
+            _Uint8View(dataset, on_error, with_params), batch_sampler=_PlannedBatches(self), num_workers=num_workers,
             collate_fn=_collate_uint8, pin_memory=pin_memory, worker_init_fn=worker_init_fn,
             # torch draws each pass's worker seed from this generator: never from the user's global RNG
             # (DALI does not touch it either, so a training script's random numbers are the same on both)
@@ -115,7 +120,7 @@ class TorchExecutor:
             multiprocessing_context=multiprocessing_context if workers else None, **extra)
 
     def run(self, rows: np.ndarray, key=None, plan_next=None):
-        """Yield ``(uint8 images [B, C, H, W], labels, planned, served, positions, epochs)`` per batch.
+        """Yield a :class:`~dali_backend.boundary.Batch` per batch of planned ``rows``.
 
         ``key`` and ``plan_next`` (planning ahead) are the DALI executor's; this one plans per pass."""
         self.rows = rows
@@ -124,7 +129,7 @@ class TorchExecutor:
             try:
                 if batches is None:  # inside the try: the start of a pass can meet a worker that died before
                     batches = self._start_pass()
-                images, labels, meta, errors = self._next_batch(batches)
+                images, labels, meta, notes = self._next_batch(batches)
             except StopIteration:
                 if self._closed:  # close() from another thread: torch ends the pass it shut down, short
                     raise LoaderClosedError("the DaliLoader was closed while this iterator was waiting for a batch; "
@@ -141,10 +146,10 @@ class TorchExecutor:
                 if isinstance(e, RuntimeError) and ("exited unexpectedly" in str(e) or "killed by signal" in str(e)):
                     raise self._worker_died(e) from e
                 raise
-            if errors:
-                raise BadImageError(*errors[0])
             self._trim()  # earlier batches are gone by now: keep RSS flat
-            yield images, labels, meta[:, 0], meta[:, 1], meta[:, 2], meta[:, 3]
+            bad = tuple(n for n in notes if isinstance(n, BadDraw))
+            params = None if bad or not self.with_params else notes
+            yield Batch(images, labels, meta[:, 0], meta[:, 1], meta[:, 2], meta[:, 3], params, bad)
 
     def _start_pass(self):
         """``iter()`` of the DataLoader. Persistent workers are resumed first, which torch waits for with

@@ -263,9 +263,9 @@ MUTANTS: list[Mutant] = [
       ("tests/test_handoff.py",)),
     M("loader-keeps-every-batch", "memory flat over epochs",
       "dali_backend/loader.py",
-      "                        images = apply_batch_ops(normalize(images, spec), spec, self.dataset.seed, epochs, positions)\n",
-      "                        images = apply_batch_ops(normalize(images, spec), spec, self.dataset.seed, epochs, positions)\n"
-      "                        self.__dict__.setdefault('_leak', []).append(images)\n",
+      "        images = apply_batch_ops(normalize(batch.images, spec), spec, per_draw)\n",
+      "        images = apply_batch_ops(normalize(batch.images, spec), spec, per_draw)\n"
+      "        self.__dict__.setdefault('_leak', []).append(images)\n",
       ("tests/test_reliability.py::test_memory_flat_over_10_epochs",)),
 ]
 

@@ -19,6 +19,10 @@ def cuda_available() -> bool:
 
 needs_cuda = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
 CUDA = [pytest.mark.cuda, needs_cuda]  # marks of a CUDA-only case: pytest.param(..., marks=CUDA)
+# The loaders every cross-backend test compares, as DaliLoader keywords: DALI's graph on CPU operators,
+# and the OpenCV executor. BACKENDS adds DALI on the GPU, a case skipped without CUDA.
+KINDS = {"dali-cpu": dict(device="cpu", backend="dali"), "torch": dict(device="cpu", backend="torch")}
+BACKENDS = [*KINDS, pytest.param("dali-gpu", marks=CUDA)]
 
 
 def jpeg_bytes(h: int = 48, w: int = 64, seed: int = 0, color: bool = False, quality: int = 90) -> bytes:

@@ -14,7 +14,8 @@ import pytest
 from conftest import jpeg_bytes, write
 from conftest import run_cli
 from dali_backend import SampleIndex
-from dali_backend.cli import letterbox_tile, main
+from dali_backend.cli import main
+from dali_backend.pictures import letterbox_tile
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,13 +11,12 @@ import torch
 from torch.utils.data import DataLoader
 
 from bench.equivalence import compare_end_to_end, compare_operations, over_bound
-from conftest import needs_cuda
+from conftest import BACKENDS, needs_cuda
 from dali_backend import (AugmentSpec, BadImageError, ConfigError, DaliLoader, MissingDependencyError, SampleIndex,
                           WeightedSampler)
 from fallback import FallbackLoader, ImageDataset
 from levels import PRESET_MAX_LEVELS, assert_within_tolerance
 
-BACKENDS = ["dali-cpu", "torch", pytest.param("dali-gpu", marks=[pytest.mark.cuda, needs_cuda])]
 
 
 def make_loader(kind: str, ds, **kw) -> DaliLoader:

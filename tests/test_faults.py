@@ -18,14 +18,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import jpeg_bytes, write
+from conftest import KINDS, jpeg_bytes, write
 from dali_backend import AugmentSpec, BadImageError, ConfigError, DaliLoader, SampleIndex, WeightedSampler
 from dali_backend.errors import LoaderClosedError, StaleIteratorError
 from fallback import ImageDataset
 from levels import PRESET_MAX_LEVELS, assert_within_tolerance
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = {"dali-cpu": dict(device="cpu", backend="dali"), "torch": dict(device="cpu", backend="torch")}
 
 
 def corrupt_huffman(data: bytes) -> bytes:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import cv2
 import numpy as np
-import pytest
 
 from conftest import jpeg_bytes, write
 from corpus import ACCEPTED, build_corpus

@@ -15,13 +15,13 @@ import dataclasses
 import pytest
 import torch
 
+from conftest import KINDS
 from dali_backend import AugmentSpec, DaliLoader, WeightedSampler
 from dali_backend import transforms as T
 from fallback import ImageDataset
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # written out on purpose: not imported from the library
 IMAGENET_STD = (0.229, 0.224, 0.225)
-KINDS = {"dali-cpu": dict(device="cpu", backend="dali"), "torch": dict(device="cpu", backend="torch")}
 
 SPECS = {
     # the preset with its randomness off: its default mean/std are ImageNet's

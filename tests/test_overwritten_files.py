@@ -14,11 +14,10 @@ import os
 import numpy as np
 import pytest
 
-from conftest import jpeg_bytes, write
+from conftest import KINDS, jpeg_bytes, write
 from dali_backend import AugmentSpec, BadImageError, DaliLoader, SampleIndex, WeightedSampler
 from fallback import ImageDataset
 
-KINDS = {"dali-cpu": dict(device="cpu", backend="dali"), "torch": dict(device="cpu", backend="torch")}
 VICTIM = 4  # b/4.jpg: label 1
 
 

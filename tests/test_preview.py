@@ -6,7 +6,8 @@ import numpy as np
 
 from dali_backend import AugmentSpec
 from dali_backend import transforms as T
-from dali_backend.cli import crop_windows, main
+from dali_backend.cli import main
+from dali_backend.pictures import crop_windows
 
 RECIPE = ("RandomResizedCrop(64), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4), ToDtype('float32'), "
           "Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))")

@@ -15,14 +15,13 @@ import pytest
 import torch
 
 from bench.equivalence import compare_end_to_end
-from conftest import jpeg_bytes, write
+from conftest import KINDS, jpeg_bytes, write
 from corpus import ACCEPTED, build_corpus
 from dali_backend import AugmentSpec, BadImageError, ConfigError, DaliLoader, SampleIndex, WeightedSampler
 from fallback import ImageDataset
 from levels import PRESET_MAX_LEVELS, assert_within_tolerance
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = {"dali-cpu": dict(device="cpu", backend="dali"), "torch": dict(device="cpu", backend="torch")}
 
 
 @pytest.fixture(scope="module")

@@ -13,16 +13,14 @@ import textwrap
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
+from conftest import KINDS
 from dali_backend import AugmentSpec, ConfigError, DaliLoader, WeightedSampler
-from dali_backend.errors import LoaderClosedError
 from fallback import ImageDataset
 
 ROOT = Path(__file__).resolve().parents[1]
-BACKENDS = {"dali-cpu": "dali", "torch": "torch"}
 
 
 def run_child(tmp_path: Path, body: str, timeout: float = 120, **fmt) -> subprocess.CompletedProcess:
@@ -81,7 +79,7 @@ print("STATE", (first, state()))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", list(BACKENDS))
+@pytest.mark.parametrize("kind", list(KINDS))
 def test_close_from_another_thread_ends_a_waiting_iterator(defect_root, tmp_path, kind):
     """close() from the main thread while another thread waits in next(): that thread raises
     LoaderClosedError promptly on both backends (before: the torch backend's waited forever)."""
@@ -106,7 +104,7 @@ time.sleep(0.3)
 loader.close()
 thread.join(30)
 print("RESULT", thread.is_alive(), result.get("error"))
-""", root=str(defect_root), size=16, backend=BACKENDS[kind])
+""", root=str(defect_root), size=16, backend=KINDS[kind]["backend"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
     assert "RESULT False ('LoaderClosedError'" in line, line
@@ -114,7 +112,7 @@ print("RESULT", thread.is_alive(), result.get("error"))
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["numpy-share_memory_", "dlpack-share_memory_", "numpy-queue"])
-@pytest.mark.parametrize("kind", list(BACKENDS))
+@pytest.mark.parametrize("kind", list(KINDS))
 def test_memory_reached_through_numpy_or_dlpack_survives_share_memory(defect_root, tmp_path, kind, how):
     """``n = batch.numpy()`` then ``batch.share_memory_()`` (or a multiprocessing queue): ``n`` keeps its
     pixels for the rest of the pass and stays readable after it (before: silently the next batch, then
@@ -141,7 +139,7 @@ del loader
 gc.collect()
 release_pooled_outputs()
 print("RESULT", during, np.array_equal(n, snapshot))
-""", root=str(defect_root), size=96, backend=BACKENDS[kind], how=how)
+""", root=str(defect_root), size=96, backend=KINDS[kind]["backend"], how=how)
     assert proc.returncode == 0, f"exit {proc.returncode} (-11: segfault)\\n{proc.stderr[-3000:]}"
     assert "RESULT True True" in proc.stdout, proc.stdout
 
@@ -208,10 +206,10 @@ class LyingSampler(torch.utils.data.Sampler):
 
 
 @pytest.mark.parametrize("n, claimed", [(10, 18), (18, 10)])
-@pytest.mark.parametrize("kind", list(BACKENDS))
+@pytest.mark.parametrize("kind", list(KINDS))
 def test_a_sampler_whose_len_lies_is_accounted_by_what_it_yields(defect_index, kind, n, claimed):
     ds = ImageDataset(defect_index, AugmentSpec(size=16))
-    with DaliLoader(ds, batch_size=4, sampler=LyingSampler(n, claimed), backend=BACKENDS[kind], device="cpu") as loader:
+    with DaliLoader(ds, batch_size=4, sampler=LyingSampler(n, claimed), backend=KINDS[kind]["backend"], device="cpu") as loader:
         served = sum(len(y) for _, y in loader)
         stats = loader.stats()
     assert served == n
@@ -253,7 +251,7 @@ def test_a_dali_timeout_shorter_than_the_poll_interval_is_honoured():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", list(BACKENDS))
+@pytest.mark.parametrize("kind", list(KINDS))
 def test_a_tiny_timeout_raises_the_loaders_timeout_error(defect_root, tmp_path, kind):
     proc = run_child(tmp_path, PRELUDE + """
 import time
@@ -266,7 +264,7 @@ with DaliLoader(ds, batch_size=4, device="cpu", backend={backend!r}, num_workers
         print("RESULT no error")
     except LoaderTimeoutError:
         print("RESULT timeout", time.monotonic() - t)
-""", root=str(defect_root), size=16, backend=BACKENDS[kind])
+""", root=str(defect_root), size=16, backend=KINDS[kind]["backend"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "RESULT timeout" in proc.stdout, proc.stdout
 

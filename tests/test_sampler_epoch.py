@@ -13,11 +13,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from bench.equivalence import diff_stats, over_bound
+from conftest import KINDS
 from dali_backend import AugmentSpec, DaliLoader, WeightedSampler
 from dali_backend.sampler import Draw
 from fallback import ImageDataset, ops
 
-KINDS = {"dali-cpu": dict(device="cpu", backend="dali"), "torch": dict(device="cpu", backend="torch")}
 EPOCH = 3
 SPEC = AugmentSpec(size=24, rotate_deg=20, brightness=0.3, contrast=0.3, dtype="uint8")
 

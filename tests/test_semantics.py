@@ -14,13 +14,13 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, RandomSampler
 
+from conftest import KINDS
 from dali_backend import AugmentSpec, ConfigError, DaliLoader, WeightedSampler
 from dali_backend.errors import StaleIteratorError
 from dali_backend.sampler import Draw, as_draw
 from fallback import ImageDataset
 from levels import PRESET_MAX_LEVELS, assert_within_tolerance
 
-KINDS = {"dali-cpu": dict(device="cpu", backend="dali"), "torch": dict(device="cpu", backend="torch")}
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,11 @@ import logging
 
 import numpy as np
 
-from ..errors import BadImageError, LoaderWorkerError
+from ..boundary import Kind
+from ..errors import BadImageError, ExecutorFailed, LoaderWorkerError
 from .failures import parse_dali_failure
-from .wire import KIND_DRAW, Col
-
-
 from .runner import _DaliRunner
-from ..errors import ExecutorFailed
+from .wire import Col
 
 log = logging.getLogger("dali_backend")
 
@@ -68,7 +66,7 @@ class _DaliExecutor:
             raise LoaderWorkerError(f"DALI's pipeline failed: {text.strip()[:3000]}; the next pass starts a new "
                                     "pipeline") from failure.error
         rows = np.concatenate(failure.in_flight)
-        rows = rows[rows[:, Col.KIND] == KIND_DRAW]
+        rows = rows[rows[:, Col.KIND] == Kind.DRAW]
         k = what.sample
         ordered = [np.concatenate([b[k:k + 1] for b in failure.in_flight]), rows] if k is not None else [rows]
         flag = cv2.IMREAD_GRAYSCALE if self.dataset.spec.color == "gray" else cv2.IMREAD_COLOR
@@ -76,7 +74,7 @@ class _DaliExecutor:
         for candidates in ordered:
             refused = []
             for _, index, epoch, position, kind in candidates.tolist():
-                if kind != KIND_DRAW:
+                if kind != Kind.DRAW:
                     continue
                 try:
                     served, data = reader.serve(index, epoch, position, self.on_error, lambda j: reader.read(j, epoch))

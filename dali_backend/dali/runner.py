@@ -14,6 +14,7 @@ and notices a dead worker.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import queue
@@ -26,16 +27,14 @@ from collections import deque
 import numpy as np
 import torch
 
-from .handoff import DeviceHandoff
-from ..errors import BadImageError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError
-from ..memory import EveryNth
+from ..boundary import Batch, Kind, padding_rows
+from ..errors import BadImageError, ExecutorFailed, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError
+from ..memory import BATCHES_PER_TRIM, EveryNth
 from ..reading import SERVED_BAD
-from .wire import KIND_DRAW, KIND_PAD, ROW, Col, DrawSource, SlotRing
-from .workers import WorkerInit, starting_workers
-
-
 from .devices import choose_start_method, local_ranks
-from ..errors import ExecutorFailed
+from .handoff import DeviceHandoff
+from .wire import ROW, Col, DrawSource, SlotRing, note_bytes, read_bad_draw, read_params
+from .workers import WorkerInit, starting_workers
 
 log = logging.getLogger("dali_backend")
 
@@ -97,22 +96,13 @@ def _process_dead(pid: int) -> bool:
 
 
 
-PLANNED = ROW - 1  # a planned row is a slot row without its slot: (index, epoch, position, kind)
-
-
-def _padding(n: int) -> np.ndarray:
-    pad = np.zeros((n, PLANNED), dtype=np.int64)
-    pad[:, Col.KIND - 1] = KIND_PAD
-    return pad
-
-
 def batches_of(rows: np.ndarray, batch_size: int) -> list[np.ndarray]:
-    """Cut planned rows ``[n, PLANNED]`` into batches; the last partial one is padded with throw-away slots."""
+    """Cut planned rows into batches; the last partial one is padded with throw-away rows."""
     out = []
     for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]
         if len(chunk) < batch_size:
-            chunk = np.concatenate([chunk, _padding(batch_size - len(chunk))])
+            chunk = np.concatenate([chunk, padding_rows(batch_size - len(chunk))])
         out.append(chunk)
     return out
 
@@ -126,7 +116,7 @@ def plan_stream(key, rows: np.ndarray, plan_next, batch_size: int):
             break
         sid, epoch, _ = key
         key, rows = (sid, epoch + 1, 0), plan_next(epoch + 1)
-    pad = _padding(batch_size)
+    pad = padding_rows(batch_size)
     while True:
         yield "pad", 0, pad
 
@@ -217,13 +207,13 @@ class _DaliRunner:
 
     def __init__(self, dataset, batch_size: int, backend: str, device_id: int | None, num_workers: int,
                  prefetch_queue_depth: int, hw_decoder_load: float, py_start_method: str | None, on_error: str,
-                 timeout: float = 0.0, worker_init_fn=None):
+                 timeout: float = 0.0, worker_init_fn=None, with_params: bool = False):
         from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
         from . import graph
 
         self.dataset, self.batch_size = dataset, batch_size
-        self.backend, self.on_error, self.timeout = backend, on_error, timeout
+        self.backend, self.on_error, self.timeout, self.with_params = backend, on_error, timeout, with_params
         self.gpu = gpu = backend == "dali-gpu"
         self.lookahead = prefetch_queue_depth + 4  # batches written ahead of consumption
         self.pipe = self.iterator = self._caller = self.ring = self._handoff = None
@@ -231,8 +221,11 @@ class _DaliRunner:
         self.closed = False
         self._pid = os.getpid()
         py_start_method = choose_start_method(py_start_method)  # may refuse: before any shared memory exists
-        self.ring = SlotRing(capacity=4 * self.lookahead * batch_size)
-        source = DrawSource(dataset.reader, dataset.spec, on_error, self.ring)  # the dataset's reader: shares its cache
+        index = dataset.index
+        longest = len(os.fsencode(index.root)) + 1 + int(np.diff(index.paths.offsets).max(initial=0))
+        self.ring = SlotRing(4 * self.lookahead * batch_size, note_bytes(dataset.spec, longest, with_params))
+        # the dataset's reader: shares its cache
+        source = DrawSource(dataset.reader, dataset.spec, on_error, self.ring, with_params)
         # torchrun starts one process per GPU on a node: share the node's cores between them
         threads = num_workers if num_workers > 0 else max(1, len(os.sched_getaffinity(0)) // local_ranks()[1])
         # Python workers only read files (checked bytes); DALI's threads decode. One reader kept up
@@ -260,7 +253,7 @@ class _DaliRunner:
         self._stream = None
         self._next_slot = 0
         self._clean_interrupt = False  # set when a Ctrl-C arrives while waiting for DALI (a safe place)
-        self._trim = EveryNth(8)  # a trim per batch also made every fresh output buffer fault in again
+        self._trim = EveryNth(BATCHES_PER_TRIM)
         self._caller = _PipelineThread()
         self._handoff = DeviceHandoff() if gpu else None  # DALI's GPU buffers never leave this runner
         _LIVE_RUNNERS.add(self)
@@ -388,7 +381,7 @@ class _DaliRunner:
         return expected, out, served
 
     def run(self, key, rows: np.ndarray, plan_next):
-        """Yield ``(uint8 images, labels, planned, served, positions, epochs)`` for planned ``rows [n, 4]``.
+        """Yield a :class:`~dali_backend.boundary.Batch` per batch of planned ``rows``.
 
         ``key`` names the pass (``(plan id, epoch, first batch)``) when ``plan_next(epoch)`` can plan
         the next epoch ahead (pure samplers); the batches DALI already prefetched for it are used then.
@@ -397,36 +390,37 @@ class _DaliRunner:
         if key is None or not self._queue or self._queue[0][0] != key or self._queue[0][1] != 0:
             # leftovers of a break, a resumption or a wrong guess: run and drop them
             self._guarded(self._restart, plan_stream(key, rows, plan_next, self.batch_size))
-        labels_all = self.dataset.index.labels
         for _ in range(n_batches):
             if not self.gpu:  # CPU batches churn the host heap; GPU batches live in DALI's device pools
                 self._trim()  # earlier batches are gone by now: keep RSS flat
             expected, out, served = self._guarded(self._next_batch)
-            keep = expected[:, Col.KIND] == KIND_DRAW
-            bad = np.flatnonzero(keep & (served == SERVED_BAD))
-            if bad.size:
-                raise self.bad_image(expected[bad[0]])
-            images, labels = out["images"], out["labels"].reshape(-1)
-            served = served[keep]
-            want = labels_all[served]
-            if not np.array_equal(labels[torch.from_numpy(keep).to(labels.device)].cpu().numpy(), want):
-                raise RuntimeError("labels from DALI do not match the index; this is a bug in dali_backend, please report it")
-            if not keep.all():
-                images = images[torch.from_numpy(keep).to(images.device)]
-            yield images, torch.from_numpy(want.copy()).to(self.device), expected[keep, Col.INDEX], served, \
-                expected[keep, Col.POSITION], expected[keep, Col.EPOCH]
+            yield self._batch(expected, out, served)
 
-    def bad_image(self, row: np.ndarray) -> BadImageError:
-        """The error a reader worker met for the draw of slot ``row``, derived again here with its fields."""
-        _, index, epoch, position, _ = (int(v) for v in row)
-        reader = self.dataset.reader
-        try:
-            reader.serve(index, epoch, position, self.on_error, lambda j: reader.read(j, epoch))
-        except BadImageError as e:
-            return e
-        return BadImageError(reader.path(index), index, int(reader.labels[index]), epoch,
-                             "could not be read by the loader's reader process, though it reads now (did it change "
-                             "while training?)")
+    def _batch(self, expected: np.ndarray, out: dict, served: np.ndarray) -> Batch:
+        """DALI's output for the slots ``expected``, padding removed, with the notes the workers left."""
+        keep = expected[:, Col.KIND] == Kind.DRAW
+        rows, served = expected[keep], served[keep]
+        images, labels = out["images"], out["labels"].reshape(-1)
+        if not keep.all():
+            mask = torch.from_numpy(keep).to(images.device)
+            images, labels = images[mask], labels[mask]
+        good = served != SERVED_BAD
+        want = self.dataset.index.labels[served[good]]
+        if not np.array_equal(labels.cpu().numpy()[good], want):
+            raise RuntimeError("labels from DALI do not match the index; this is a bug in dali_backend, please report it")
+        bad = tuple(self._bad_draw(int(slot)) for slot in rows[~good, Col.SLOT])
+        params = None
+        if self.with_params:
+            params = [read_params(self.ring, int(r[Col.SLOT])) if ok else None for r, ok in zip(rows, good)]
+        labels = torch.from_numpy(np.where(good, self.dataset.index.labels[np.maximum(served, 0)], -1)).to(self.device)
+        return Batch(images, labels, rows[:, Col.INDEX], served, rows[:, Col.POSITION], rows[:, Col.EPOCH], params, bad)
+
+    def _bad_draw(self, slot: int):
+        """The bad draw a reader worker met in ``slot`` (its note; the path from the index if it did not fit)."""
+        bad = read_bad_draw(self.ring, slot)
+        if not bad.path:
+            bad = dataclasses.replace(bad, path=self.dataset.reader.path(bad.index))
+        return bad
 
     def close(self) -> None:
         if os.getpid() != self._pid:

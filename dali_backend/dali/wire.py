@@ -8,11 +8,14 @@ ring buffer in shared memory, a few batches ahead of consumption. Each slot row 
 fill the last partial batch of an epoch, or speculative slots the loader later discards). Workers
 wait for their slot to be written, so they can never read a stale plan, and every output carries its
 slot row (and the index served) back so the loader verifies each sample is the draw it planned (no
-silent mislabeling).
+silent mislabeling). Beside each row the ring holds a note: what the worker must tell the loader about
+that draw besides pixels, as JSON: a bad draw's fields (:class:`~dali_backend.boundary.BadDraw`), or,
+when the loader asked for them (``return_meta``), the parameters the draw was augmented with.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from enum import IntEnum
@@ -21,17 +24,11 @@ from multiprocessing import shared_memory
 import numpy as np
 
 from ..augment import AugmentSpec
+from ..boundary import BadDraw, Kind, Params, plain_params
 from ..errors import BadImageError
 from ..jpeg import decoded_size
 from ..reading import SERVED_BAD, OnError, SampleReader
 from .workers import become_worker
-
-class Kind(IntEnum):
-    """What fills a slot: a real draw, or padding (the last partial batch, or speculation discarded)."""
-
-    DRAW = 0
-    PAD = 1
-
 
 class Col(IntEnum):
     """The columns of a slot row: in the ring (``SLOT`` .. ``KIND``) and coming back from DALI (+ ``SERVED``)."""
@@ -44,9 +41,9 @@ class Col(IntEnum):
     SERVED = 5
 
 
-KIND_DRAW, KIND_PAD = Kind.DRAW, Kind.PAD
 ROW = Col.KIND + 1  # columns in the ring
 WAIT_TIMEOUT_S = 600.0
+NOTE_HEADER = 16  # a note starts with two int64: the slot it belongs to and its length in bytes
 
 # A valid 8x8 gray JPEG: what padding slots decode (cheap, never a real sample).
 PAD_JPEG = bytes.fromhex(
@@ -62,23 +59,28 @@ PAD_SIZE = (8, 8)
 class SlotRing:
     """A ring of schedule rows in POSIX shared memory (works with fork and spawn workers)."""
 
-    def __init__(self, capacity: int):
-        self.capacity = int(capacity)
-        self._shm = shared_memory.SharedMemory(create=True, size=self.capacity * ROW * 8)
+    def __init__(self, capacity: int, note_bytes: int = 1024):
+        self.capacity, self.note_bytes = int(capacity), -(-int(note_bytes) // 64) * 64
+        self._shm = shared_memory.SharedMemory(create=True, size=self.capacity * (ROW * 8 + self.note_bytes))
         self._owner = True
-        self.rows = np.ndarray((self.capacity, ROW), dtype=np.int64, buffer=self._shm.buf)
+        self._views()
         self.rows[:, 0] = -1
 
+    def _views(self) -> None:
+        self.rows = np.ndarray((self.capacity, ROW), dtype=np.int64, buffer=self._shm.buf)
+        self.notes = np.ndarray((self.capacity, self.note_bytes), dtype=np.uint8, buffer=self._shm.buf,
+                                offset=self.capacity * ROW * 8)
+
     def __getstate__(self):
-        return {"capacity": self.capacity, "name": self._shm.name}
+        return {"capacity": self.capacity, "note_bytes": self.note_bytes, "name": self._shm.name}
 
     def __setstate__(self, state):
-        self.capacity = state["capacity"]
+        self.capacity, self.note_bytes = state["capacity"], state["note_bytes"]
         # Attached, not owned: the creator unlinks it. (Spawned workers share the creator's resource
         # tracker, so the registration this attach makes is the creator's own and must stay.)
         self._shm = shared_memory.SharedMemory(name=state["name"])
         self._owner = False
-        self.rows = np.ndarray((self.capacity, ROW), dtype=np.int64, buffer=self._shm.buf)
+        self._views()
 
     def write(self, slot: int, index: int, epoch: int, position: int, kind: int) -> None:
         r = self.rows[slot % self.capacity]
@@ -100,14 +102,51 @@ class SlotRing:
             delay = min(delay * 2, 0.01)
         return r.copy()
 
+    def write_note(self, slot: int, payload: bytes) -> None:
+        """Leave ``payload`` for the loader beside slot ``slot`` (a worker, before returning its output)."""
+        note = self.notes[slot % self.capacity]
+        if NOTE_HEADER + len(payload) > note.size:
+            raise RuntimeError(f"a note of {len(payload)} bytes does not fit the schedule ring's {note.size - NOTE_HEADER}; "
+                               "this is a bug in dali_backend, please report it")
+        note[NOTE_HEADER:NOTE_HEADER + len(payload)] = np.frombuffer(payload, np.uint8)
+        note[:NOTE_HEADER].view(np.int64)[:] = (slot, len(payload))
+
+    def read_note(self, slot: int) -> bytes:
+        """The note a worker left for slot ``slot`` (the loader, once DALI returned that slot's output)."""
+        note = self.notes[slot % self.capacity]
+        owner, size = (int(v) for v in note[:NOTE_HEADER].view(np.int64))
+        if owner != slot:
+            raise RuntimeError(f"no note for slot {slot} (the ring holds slot {owner}'s); this is a bug in dali_backend, "
+                               "please report it")
+        return note[NOTE_HEADER:NOTE_HEADER + size].tobytes()
+
     def close(self) -> None:
-        self.rows = None  # type: ignore[assignment]
+        self.rows = self.notes = None  # type: ignore[assignment]
         try:
             self._shm.close()
             if self._owner:
                 self._shm.unlink()
         except (FileNotFoundError, BufferError):
             pass
+
+
+def note_bytes(spec: AugmentSpec, longest_path: int, with_params: bool) -> int:
+    """The room a slot's note needs: a bad draw's fields (its path is ``longest_path`` bytes at most; a long
+    reason is shortened to fit), or a draw's parameters as JSON (an upper bound: every number at its
+    longest form; the parameters of an operation list have the same shapes for every draw)."""
+    room = 1024 + 2 * int(longest_path)
+    if with_params:
+        template = plain_params(spec.make_params(0, 0, 0, (4096, 4096) if spec.needs_size else None))
+
+        def widest(v):
+            if isinstance(v, dict):
+                return {k: widest(x) for k, x in v.items()}
+            if isinstance(v, list):
+                return [widest(x) for x in v]
+            return False if isinstance(v, bool) else "x" * 24  # repr(float) is at most 24 characters
+
+        room = max(room, 256 + len(json.dumps(widest(template))))
+    return room + NOTE_HEADER
 
 
 class DrawSource:
@@ -118,15 +157,17 @@ class DrawSource:
     replaced a bad file), and the draw's augmentation parameters: one array per entry of
     ``spec.wire`` (derived from the operations' parameter definitions, in that order). Operations
     whose parameters depend on the image size get the size from the served bytes' headers
-    (:func:`~dali_backend.jpeg.decoded_size`: frame size turned by the EXIF orientation).
+    (:func:`~dali_backend.jpeg.decoded_size`: frame size turned by the EXIF orientation). With
+    ``with_params``, the draw's parameters are also left in the slot's note, for ``return_meta``.
 
     A bad file under ``on_error="raise"`` is not raised here: DALI would raise it batches early (it
-    prefetches) as text. The slot gets the padding image and ``served = SERVED_BAD``, and the loader
-    raises :class:`BadImageError` with all its fields when it reaches that batch.
+    prefetches) as text. The slot gets the padding image and ``served = SERVED_BAD``, its note the
+    error's fields, and the loader raises :class:`BadImageError` with them when it reaches that batch.
     """
 
-    def __init__(self, reader: SampleReader, spec: AugmentSpec, on_error: OnError, ring: SlotRing):
-        self.reader, self.spec, self.on_error, self.ring = reader, spec, on_error, ring
+    def __init__(self, reader: SampleReader, spec: AugmentSpec, on_error: OnError, ring: SlotRing,
+                 with_params: bool = False):
+        self.reader, self.spec, self.on_error, self.ring, self.with_params = reader, spec, on_error, ring, with_params
         self.parent = os.getpid()
 
     def __setstate__(self, state):  # a spawned reader worker unpickling its callback
@@ -134,10 +175,11 @@ class DrawSource:
         become_worker(self.parent)
 
     def __call__(self, sample_info):
-        row = self.ring.read(sample_info.idx_in_epoch)
+        slot = sample_info.idx_in_epoch
+        row = self.ring.read(slot)
         _, index, epoch, position, kind = (int(v) for v in row)
-        pad = kind == KIND_PAD
-        if not pad:
+        bad = None
+        if kind == Kind.DRAW:
             try:
                 served, data = self.reader.serve(index, epoch, position, self.on_error,
                                                  lambda j: self.reader.read(j, epoch))
@@ -147,10 +189,24 @@ class DrawSource:
                                         "no JPEG frame header found, so its size-dependent operations cannot be drawn")
                 label = int(self.reader.labels[served])
                 p = self.spec.make_params(self.reader.seed, epoch, position, size)
-            except BadImageError:
-                pad = True
-        if pad:
-            data, served = np.frombuffer(PAD_JPEG, dtype=np.uint8), (-1 if kind == KIND_PAD else SERVED_BAD)
+            except BadImageError as e:
+                bad = BadDraw.from_error(e)
+        if kind != Kind.DRAW or bad is not None:
+            data, served = np.frombuffer(PAD_JPEG, dtype=np.uint8), (-1 if bad is None else SERVED_BAD)
             label, p = -1, self.spec.make_params(0, 0, 0, PAD_SIZE)
+            if bad is not None:
+                self.ring.write_note(slot, bad.to_json(self.ring.note_bytes - NOTE_HEADER))
+        elif self.with_params:
+            self.ring.write_note(slot, json.dumps(plain_params(p)).encode())
         out = [data, np.array(label, dtype=np.int64), np.append(row, served).astype(np.int64)]
         return tuple(out + self.spec.wire_arrays(p))
+
+
+def read_params(ring: SlotRing, slot: int) -> Params:
+    """The parameters a worker left in ``slot``'s note (``with_params``)."""
+    return json.loads(ring.read_note(slot))
+
+
+def read_bad_draw(ring: SlotRing, slot: int) -> BadDraw:
+    """The bad draw a worker left in ``slot``'s note."""
+    return BadDraw.from_json(ring.read_note(slot))
