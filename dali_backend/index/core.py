@@ -318,8 +318,10 @@ class SampleIndex:
             split: keep only CSV rows whose split column equals this.
             classes: explicit class names in id order (default: sorted labels found). A label not in
                 this list is an error. An empty label is always an error (file and line named).
-            path_column, label_column, split_column: CSV header names of the columns to use, for
-                headers with other names such as ``文件名,类别`` (the CSV must then have a header row).
+            path_column: CSV header name of the path column, for headers with other names such as
+                ``文件名,类别`` (the CSV must then have a header row).
+            label_column: CSV header name of the label column (as ``path_column``).
+            split_column: CSV header name of the split column (as ``path_column``).
             encoding: the manifest's text encoding (default UTF-8, with or without a byte-order
                 mark), e.g. ``"gbk"`` or ``"cp1252"`` for a CSV saved by Excel on Windows. A manifest
                 that does not decode is a :class:`ManifestError` naming the line and byte offset.
