@@ -2,10 +2,12 @@
 # `make test` is what CI runs: every test, the slow ones included. `make test-fast` leaves out the tests
 # marked slow (soaks, whole-benchmark runs, fault tests that wait on purpose) for a quick check while
 # working; `make mutants` runs the hand-written mutants of scripts/mutants.py (minutes; on demand).
+# `make docs` builds the documentation site into site/ (mkdocs, offline, warnings are errors; the test
+# extra includes the docs tools, and tests/test_docs.py builds it too).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test test-fast mutants bench clean
+.PHONY: install demo test test-fast mutants bench docs clean
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
@@ -27,5 +29,8 @@ mutants: install
 bench: install
 	$(PY) -m bench
 
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) out .pytest_cache
+	rm -rf $(VENV) out .pytest_cache site

@@ -83,7 +83,8 @@ class AugmentSpec:
         rotate_deg: largest rotation in degrees (0 disables).
         brightness: largest relative brightness change (0 disables).
         contrast: largest relative contrast change (0 disables).
-        mean, std: per-channel normalisation on the [0, 1] scale.
+        mean: per-channel normalisation mean, on the [0, 1] scale.
+        std: per-channel normalisation standard deviation, on the [0, 1] scale.
         dtype: output dtype, ``"float32"`` (default), ``"float16"``, ``"bfloat16"`` or ``"uint8"``
             (no normalisation).
         fit: ``"stretch"`` (default) or ``"letterbox"`` (keep the aspect ratio, pad with 0).

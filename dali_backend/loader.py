@@ -181,7 +181,9 @@ class DaliLoader(EpochLoaderMixin):
     another is open makes the older iterator raise :class:`StaleIteratorError` on its next batch:
     no sample is ever yielded twice or counted twice.
 
-    Args (``DataLoader``'s, in its order; each is honoured where it has a meaning):
+    The arguments are ``DataLoader``'s, in its order; each is honoured where it has a meaning.
+
+    Args:
         dataset: an :class:`ImageDataset` (index, augmentation spec and seed).
         batch_size: samples per batch.
         shuffle: shuffle each epoch when no ``sampler`` is given (every sample once).

@@ -173,8 +173,8 @@ class WeightedSampler(Sampler[Draw]):
         num_samples: global draws per epoch (default: ``len(index)``); each rank gets
             ``ceil(num_samples / world_size)`` (or floor with ``drop_last``).
         seed: base seed; every rank must pass the same one.
-        rank, world_size: this process's place; default from ``torch.distributed`` when initialised,
-            else 0 and 1.
+        rank: this process's rank; default from ``torch.distributed`` when initialised, else 0.
+        world_size: the number of ranks; default from ``torch.distributed`` when initialised, else 1.
         mode: ``"balanced"`` (each class equally often in expectation), ``"uniform"`` (shuffle),
             ``"weights"`` (``weights`` per sample) or ``"sequential"``.
         replacement: draw with replacement (default: True for ``balanced``/``weights``, False otherwise).

@@ -1,4 +1,4 @@
-"""The preset's reference semantics written out step by step (README "The contract"), independently of the
+"""The preset's reference semantics written out step by step (docs/concepts/contract.md, "AugmentSpec"), independently of the
 operation classes the loaders run (except resize, the product's own kernel here: it is held separately to
 resize_exact and to DALI): the oracle ``test_preset_through_ops_equals_the_reference_augment``
 holds them to. Test code only: the library has one implementation of each step, the operation's."""

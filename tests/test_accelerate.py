@@ -1,5 +1,5 @@
 """DaliLoader under Hugging Face Accelerate: prepare leaves it as it is, and register_for_checkpointing
-with save_state / load_state resumes it mid-epoch (README, "Hugging Face Accelerate")."""
+with save_state / load_state resumes it mid-epoch (docs/guides/accelerate.md)."""
 
 from __future__ import annotations
 

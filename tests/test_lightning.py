@@ -1,4 +1,4 @@
-"""DaliLoader inside PyTorch Lightning's Trainer (the README's usage example, run for real)."""
+"""DaliLoader inside PyTorch Lightning's Trainer (docs/guides/lightning.md's usage, run for real)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The fallback's resize is DALI's CPU ``fn.resize`` bit for bit, so CLAHE or a strong contrast after a
 resize no longer turns its old 1-level ties into 13-29 levels (issue 18, item 4); the compositions
 that still amplify (after RandomRotation or GaussianBlur, or anything on the GPU) stay within the
-README's table ("Compositions") and warn when such a list is built.
+table of docs/concepts/equivalence.md ("Compositions") and warn when such a list is built.
 
 ``python tests/test_resize_clahe.py`` prints that table (DALI's CPU operators against the fallback).
 """
@@ -153,7 +153,7 @@ def _compositions() -> dict[str, list]:
     }
 
 
-# What the README's table publishes (DALI's CPU operators against the fallback, on image_sets()):
+# What the table of docs/concepts/equivalence.md publishes (DALI's CPU operators against the fallback, on image_sets()):
 # name: (mean, 99.9th percentile, max) in uint8 levels. With the previous resize (1-level ties) the
 # first four were (0.252, 7, 15), (0.030, 12, 29), (0.090, 20, 69), (0.015, 3, 3), the sixth (0.238, 7, 21).
 PUBLISHED = {

@@ -20,7 +20,7 @@ from fallback import ImageDataset, ops
 
 GOAL_MEAN, GOAL_P999 = 0.05, 2.0
 # What each operation reaches, DALI (CPU) against the fallback, in uint8 levels: declared on its class
-# (Transform.TOLERANCE), published in the README's table (test_readme_table_matches_the_registry).
+# (Transform.TOLERANCE), published in the table of docs/guides/torchvision.md (test_docs_table_matches_the_registry).
 TOLERANCE = {name: cls.TOLERANCE for name, cls in T.REGISTRY.items() if cls.TOLERANCE is not None}
 CASES = [(name, k) for name in sorted(T.REGISTRY) for k in range(len(EXAMPLES.get(name, [])))]
 
@@ -36,7 +36,7 @@ def test_every_registered_operation_has_examples_and_a_tolerance():
             "ColorJitter", "Normalize", "Clahe"} <= set(T.REGISTRY)
     for name in T.REGISTRY:
         assert name in EXAMPLES, f"add examples for {name} to bench.equivalence.EXAMPLES"
-        assert not EXAMPLES[name] or name in TOLERANCE, f"add {name}'s tolerance to TOLERANCE and the README"
+        assert not EXAMPLES[name] or name in TOLERANCE, f"add {name}'s tolerance to TOLERANCE and docs/guides/torchvision.md"
 
 
 @pytest.mark.parametrize("name, k", CASES)
@@ -351,12 +351,13 @@ def test_from_torchvision_reports_unreadable_arguments_and_keeps_antialias():
         AugmentSpec.from_torchvision([Resize(), CenterCrop()])
 
 
-def test_readme_table_matches_the_registry():
-    """The README's per-operation table names every operation with its declared tolerance (its max column),
-    so adding an operation means its class (examples, tolerance) and one README row, nothing else."""
+def test_docs_table_matches_the_registry():
+    """The per-operation table of docs/guides/torchvision.md (moved there from the README) names every
+    operation with its declared tolerance (its max column), so adding an operation means its class
+    (examples, tolerance) and one row of that table, nothing else."""
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "torchvision.md").read_text(encoding="utf-8")
     head = "| operation | mean abs diff (worst example) | max |"
     rows = text[text.index(head):].split("\n\n", 1)[0].splitlines()[2:]
     listed = {}
@@ -365,5 +366,5 @@ def test_readme_table_matches_the_registry():
         for name in cells[0].split("(")[0].replace(",", " ").split():
             listed[name] = cells[-1]
     for name, tolerance in TOLERANCE.items():
-        assert name in listed, f"README: add {name} to the per-operation table"
-        assert listed[name] == str(tolerance), f"README says max {listed[name]} for {name}, its class {tolerance}"
+        assert name in listed, f"docs/guides/torchvision.md: add {name} to the per-operation table"
+        assert listed[name] == str(tolerance), f"docs/guides/torchvision.md says max {listed[name]} for {name}, its class {tolerance}"

@@ -34,18 +34,20 @@ class SampleIndex:
     :meth:`save` and reload it with :meth:`load` (no pickle: a ``.npz`` of plain arrays and JSON).
 
     Attributes:
-        root: absolute data root; paths are relative to it.
-        paths: relative paths (``/``-separated), a read-only sequence of ``str``.
-        labels: int64 class ids, ``labels[i]`` indexes ``classes``.
-        classes: class names; ids are positions in this tuple.
-        sizes, mtimes: file size in bytes and mtime in ns at indexing time (int64).
-        widths, heights: image size declared by the JPEG frame header (before EXIF rotation).
-        rejected: files that were refused, each with a reason.
-        ignored: counts of files skipped on purpose, by reason (``hidden``, ``macOS ._ file``,
+        root (str): absolute data root; paths are relative to it.
+        paths (StringTable): relative paths (``/``-separated), a read-only sequence of ``str``.
+        labels (NDArray[np.int64]): int64 class ids, ``labels[i]`` indexes ``classes``.
+        classes (tuple[str, ...]): class names; ids are positions in this tuple.
+        sizes (NDArray[np.int64]): file size in bytes at indexing time.
+        mtimes (NDArray[np.int64]): file modification time in ns at indexing time.
+        widths (NDArray[np.int32]): image width declared by the JPEG frame header (before EXIF rotation).
+        heights (NDArray[np.int32]): image height declared by the JPEG frame header (before EXIF rotation).
+        rejected (tuple[Rejected, ...]): files that were refused, each with a reason.
+        ignored (dict[str, int]): counts of files skipped on purpose, by reason (``hidden``, ``macOS ._ file``,
             ``not .jpg/.jpeg``, ``symlink loop``).
-        ignored_files: every skipped file or folder as ``Rejected(path, reason)``, the reason one of
-            those of :attr:`ignored` (empty for an index saved before they were recorded).
-        fingerprint: SHA-256 over classes, paths, labels, sizes and mtimes.
+        ignored_files (tuple[Rejected, ...]): every skipped file or folder as ``Rejected(path, reason)``, the
+            reason one of those of :attr:`ignored` (empty for an index saved before they were recorded).
+        fingerprint (str): SHA-256 over classes, paths, labels, sizes and mtimes.
     """
 
     __slots__ = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected",
@@ -246,8 +248,10 @@ class SampleIndex:
             split: keep only CSV rows whose split column equals this.
             classes: explicit class names in id order (default: sorted labels found). A label not in
                 this list is an error. An empty label is always an error (file and line named).
-            path_column, label_column, split_column: CSV header names of the columns to use, for
-                headers with other names such as ``文件名,类别`` (the CSV must then have a header row).
+            path_column: CSV header name of the path column, for headers with other names such as
+                ``文件名,类别`` (the CSV must then have a header row).
+            label_column: CSV header name of the label column (as ``path_column``).
+            split_column: CSV header name of the split column (as ``path_column``).
             encoding: the manifest's text encoding (default UTF-8, with or without a byte-order
                 mark), e.g. ``"gbk"`` or ``"cp1252"`` for a CSV saved by Excel on Windows. A manifest
                 that does not decode is a :class:`ManifestError` naming the line and byte offset.
