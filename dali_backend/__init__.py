@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 
-from .augment import AugmentSpec, AugParams, Clahe, draw_params
+from .augment import AmplificationWarning, AugmentSpec, AugParams, Clahe, draw_params
 from .errors import (BadImageError, ConfigError, DaliBackendError, FallbackWarning, IndexBuildError, IndexFileError,
                      LoaderClosedError, LoaderTimeoutError, LoaderWorkerError, ManifestError, MissingDependencyError,
-                     OutputFileError, StaleIndexError)
+                     OutputFileError, StaleIndexError, StaleIteratorError)
 from .index import Rejected, SampleIndex
 from .labelling import DEFAULT_KEYWORDS, KeywordRules
 
@@ -25,7 +25,7 @@ __all__ = [
     "WeightedSampler", "Draw", "DaliLoader", "ImageDataset", "FallbackLoader", "DaliBackendError", "ConfigError",
     "IndexBuildError", "IndexFileError",
     "ManifestError", "StaleIndexError", "BadImageError", "MissingDependencyError", "LoaderWorkerError", "LoaderClosedError",
-    "LoaderTimeoutError", "OutputFileError", "FallbackWarning",
+    "LoaderTimeoutError", "StaleIteratorError", "OutputFileError", "FallbackWarning", "AmplificationWarning",
 ]
 
 

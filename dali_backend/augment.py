@@ -409,7 +409,7 @@ class AugmentSpec:
 
 class AmplificationWarning(UserWarning):
     """An operation list where CLAHE follows an operation whose two backends can differ by a level:
-    the difference is amplified (README, "Compositions")."""
+    the difference is amplified (docs: concepts/equivalence, "Compositions")."""
 
 
 # Operations after which the backends can differ by 1 level: on DALI's GPU kernels (their resampling
@@ -426,7 +426,7 @@ def _warn_amplification(ops: tuple[Transform, ...]) -> None:
     to 14 levels; on tiles of a few pixels CLAHE maps by rank, up to 255 * k / pixels per tile).
     A ColorJitter multiplies a difference by its gain only (3 levels at contrast 2-3, measured) and
     does not warn: torchvision's own recipe puts ColorJitter(0.4, 0.4, 0.4) after RandomResizedCrop,
-    and a warning on every such recipe would teach users to ignore it (README, "Compositions")."""
+    and a warning on every such recipe would teach users to ignore it (docs: concepts/equivalence, "Compositions")."""
     pairs = []
     for j, amp in enumerate(ops):
         if amp.is_identity or not isinstance(amp, Clahe):
@@ -441,8 +441,8 @@ def _warn_amplification(ops: tuple[Transform, ...]) -> None:
     said = "; ".join(f"{type(ops[j]).__name__} (ops[{j}]) after {type(ops[i]).__name__} (ops[{i}]), which can differ "
                      f"by 1 level on {_ONE_LEVEL[type(ops[i]).__name__]}" for i, j in pairs)
     warnings.warn(f"AugmentSpec.ops: {said}. CLAHE amplifies such a difference between the DALI and fallback "
-                  "backends (measured up to 14 levels; more on images of a few pixels per CLAHE tile): see README, "
-                  "'Compositions'. Put Clahe before that operation to keep the backends equal.", AmplificationWarning,
+                  "backends (measured up to 14 levels; more on images of a few pixels per CLAHE tile): see the docs, "
+                  "concepts/equivalence, 'Compositions'. Put Clahe before that operation to keep the backends equal.", AmplificationWarning,
                   stacklevel=5)
 
 

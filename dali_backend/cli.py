@@ -272,7 +272,8 @@ def cmd_demo(args) -> int:
         warnings.simplefilter("ignore", FallbackWarning)
         loader = DaliLoader(ds, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers,
                             device=args.device, backend=args.backend)
-    print(f"loader: {loader.backend} ({reason}), {len(loader)} batches of {args.batch_size} per epoch")
+    batches = f"{len(loader)} batch{'' if len(loader) == 1 else 'es'}"
+    print(f"loader: {loader.backend} ({reason}), {batches} of {args.batch_size} per epoch")
     first = None
     counts = np.zeros(len(index.classes), np.int64)
     for epoch in range(args.epochs):

@@ -78,22 +78,26 @@ _ANNOUNCED: set = set()  # fallbacks already announced in this process
 
 
 def announce_backend(device: str, backend: str, chosen: str, reason: str) -> None:
-    """Say which backend runs and why. ``device="auto"`` means "the GPU if there is one": running
-    anything else is said once per process and reason as a ``FallbackWarning`` (the library's logger
+    """Say which backend runs and why. ``device="auto"`` means "the GPU if there is one", and
+    ``device="cuda"`` asks for it: running anything else (DALI missing, no GPU) is said once per
+    process and reason as a ``FallbackWarning`` (the library's logger
     has only a ``NullHandler`` until the application configures logging, so a plain script would show
     no log line), and logged at INFO; a choice that went as asked is an INFO line
     (``logging.basicConfig(level=logging.INFO)`` shows those)."""
-    if device == "auto" and backend != "torch" and chosen != "dali-gpu":
+    if str(device) != "cpu" and backend != "torch" and chosen != "dali-gpu":
         if (chosen, reason) not in _ANNOUNCED:
             _ANNOUNCED.add((chosen, reason))
             how = "backend='dali', device='cpu'" if chosen == "dali-cpu" else "backend='torch'"
             text = (f"DaliLoader: not on the GPU: running {chosen} because {reason}; pass {how} to choose it "
                     "explicitly (and silence this line)")
-            log.info("%s", text)  # the warning below is the one a person sees; a command line silences it
+            if str(device) != "auto":
+                text += f" (device={device!r} was asked for)"
+            # the warning below, with its advice in the library's terms, is the one a person sees; a command
+            # line silences it and says it in its own terms (flags), so the log line gives no advice
+            log.info("DaliLoader: not on the GPU: running %s because %s", chosen, reason)
             warnings.warn(text, FallbackWarning, stacklevel=3)
         return
     log.info("DaliLoader: backend %s (%s)", chosen, reason)
-
 
 
 

@@ -53,6 +53,20 @@ def test_auto_without_cuda_falls_back_with_one_log_line(ds, caplog, monkeypatch)
         "DaliLoader: backend dali-cpu (device='cpu', backend='dali' was requested)"]
 
 
+def test_device_cuda_without_dali_is_said_not_silent(ds, monkeypatch):
+    """device='cuda' on a machine with a GPU but no DALI runs the torch executor on the CPU: a
+    FallbackWarning says so (the user asked for the GPU), as device='auto' does."""
+    from dali_backend import FallbackWarning
+    from dali_backend import loader as mod
+
+    monkeypatch.setattr(mod, "_ANNOUNCED", set())
+    monkeypatch.setattr(mod, "cuda_device_count", lambda: 1)
+    monkeypatch.setattr(mod, "_dali_importable", lambda: "DALI is not installed")
+    with pytest.warns(FallbackWarning, match=r"running torch because DALI is not installed.*device='cuda' was asked"):
+        loader = DaliLoader(ds, batch_size=4, device="cuda")
+    assert loader.backend == "torch"
+
+
 def test_explicit_choices_and_errors(ds, monkeypatch):
     assert DaliLoader(ds, device="cpu").backend == "torch"
     assert DaliLoader(ds, backend="torch").backend == "torch"

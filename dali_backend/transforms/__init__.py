@@ -4,10 +4,10 @@ Compose them into an :class:`~dali_backend.augment.AugmentSpec` (``AugmentSpec(o
 backends run them: each class holds its validated arguments, its per-draw parameters
 (``make_params``, pure numpy), its OpenCV implementation and its DALI graph fragment (DALI and
 OpenCV are imported only when used). ``REGISTRY`` maps every operation's class name to its class;
-the equivalence harness, the tolerance tests, the README check and the torchvision translation read
+the equivalence harness, the tolerance tests, the docs table check and the torchvision translation read
 it. Adding an operation: one new module in this package holding its class (arguments, ``PARAMS``,
 ``sample``, ``apply``, ``dali``, ``EXAMPLES``, ``TOLERANCE``, ``TORCHVISION``/``from_torchvision``),
-which is found and registered here, plus its README row.
+which is found and registered here, plus its row in the docs (docs/guides/torchvision.md).
 """
 
 from __future__ import annotations

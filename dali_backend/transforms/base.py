@@ -172,7 +172,7 @@ class Transform:
     WHOLE_IMAGE: ClassVar[bool] = False
     CONDITIONALS: ClassVar[bool] = False  # its DALI fragment branches per sample (DALI conditionals)
     # Declared with each operation, read by the equivalence harness (bench.equivalence), the tests and the
-    # README check: instances to compare the backends on (constructor calls, evaluated in
+    # docs table check: instances to compare the backends on (constructor calls, evaluated in
     # dali_backend.transforms), and the largest difference in uint8 levels DALI's CPU operators may
     # show against the fallback (None: realised outside the per-sample graph, nothing to compare).
     EXAMPLES: ClassVar[tuple[str, ...]] = ()
@@ -214,7 +214,7 @@ class Transform:
         """The parameters of draw (seed, epoch, position) for an input of ``image_size`` (h, w).
 
         A pure function. ``offset`` is where this operation's block starts in the draw's uniforms
-        (:meth:`AugmentSpec.draw` passes the sum of the budgets before it; 0 when used alone).
+        (:meth:`AugmentSpec.make_params` passes the sum of the budgets before it; 0 when used alone).
         """
         u = uniforms(seed, epoch, position, offset + self.UNIFORMS)[offset:]
         return self.sample(u, None if image_size is None else (int(image_size[0]), int(image_size[1])))
