@@ -3,7 +3,7 @@
 Accepts the sampler's :class:`~dali_backend.sampler.Draw` records (augmentation parameters from the
 draw's epoch and position) and plain integer indices (parameters from the dataset's own epoch, set
 with :meth:`ImageDataset.set_epoch`, and the index). Safe in forked workers: OpenCV's thread pool is
-switched off in each worker (``cv2.setNumThreads(0)``; ``1`` can deadlock after a fork, FACTS.md) and
+switched off in each worker (``cv2.setNumThreads(0)``; ``1`` can deadlock after a fork: measured) and
 nothing touches CUDA.
 """
 
