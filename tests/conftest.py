@@ -23,6 +23,7 @@ CUDA = [pytest.mark.cuda, needs_cuda]  # marks of a CUDA-only case: pytest.param
 # and the OpenCV executor. BACKENDS adds DALI on the GPU, a case skipped without CUDA.
 KINDS = {"dali-cpu": dict(device="cpu", backend="dali"), "torch": dict(device="cpu", backend="torch")}
 BACKENDS = [*KINDS, pytest.param("dali-gpu", marks=CUDA)]
+LOADER_ARGS = {**KINDS, "dali-gpu": dict(device="cuda", backend="dali")}  # DaliLoader keywords of each of BACKENDS
 
 
 def jpeg_bytes(h: int = 48, w: int = 64, seed: int = 0, color: bool = False, quality: int = 90) -> bytes:

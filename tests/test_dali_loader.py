@@ -11,17 +11,15 @@ import torch
 from torch.utils.data import DataLoader
 
 from bench.equivalence import compare_end_to_end, compare_operations, over_bound
-from conftest import BACKENDS, needs_cuda
+from conftest import BACKENDS, CUDA, LOADER_ARGS, needs_cuda
 from dali_backend import (AugmentSpec, BadImageError, ConfigError, DaliLoader, MissingDependencyError, SampleIndex,
                           WeightedSampler)
 from fallback import FallbackLoader, ImageDataset
 from levels import PRESET_MAX_LEVELS, assert_within_tolerance
 
 
-
 def make_loader(kind: str, ds, **kw) -> DaliLoader:
-    device, backend = {"dali-cpu": ("cpu", "dali"), "torch": ("cpu", "torch"), "dali-gpu": ("cuda", "dali")}[kind]
-    loader = DaliLoader(ds, device=device, backend=backend, **kw)
+    loader = DaliLoader(ds, **LOADER_ARGS[kind], **kw)
     assert loader.backend == kind
     return loader
 
@@ -159,7 +157,7 @@ def test_dataloader_attributes(ds):
         iter(loader)
 
 
-@pytest.mark.parametrize("kind", ["dali-cpu", pytest.param("dali-gpu", marks=[pytest.mark.cuda, needs_cuda])])
+@pytest.mark.parametrize("kind", ["dali-cpu", pytest.param("dali-gpu", marks=CUDA)])
 def test_changed_file_raises_naming_it(tmp_path, kind):
     from conftest import jpeg_bytes, write
 

@@ -37,7 +37,7 @@ from ..errors import ConfigError
 
 AUG_STREAM = 0xA06  # separates augmentation draws from the sampler's streams of the same seed
 Size = tuple[int, int]  # (height, width)
-Kind = Literal["geometric", "photometric", "output", "batch"]
+OpKind = Literal["geometric", "photometric", "output", "batch"]  # what an operation does (not boundary.Kind)
 REGISTRY: dict[str, type[Transform]] = {}
 
 
@@ -165,7 +165,7 @@ class Transform:
     ``CONDITIONALS`` (its DALI fragment uses per-sample ``if``).
     """
 
-    KIND: ClassVar[Kind] = "photometric"
+    KIND: ClassVar[OpKind] = "photometric"
     PARAMS: ClassVar[tuple[Param, ...]] = ()
     UNIFORMS: ClassVar[int] = 0
     NEEDS_SIZE: ClassVar[bool] = False
