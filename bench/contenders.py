@@ -20,7 +20,9 @@ import cv2
 import numpy as np
 import torch
 
-from .measure import PeakRss, dali_operator_cpu_seconds, tree_cpu_seconds, tree_rss_mb
+from dali_backend.procstats import dali_operator_cpu_seconds
+
+from .measure import PeakRss, tree_cpu_seconds, tree_rss_mb
 
 from . import CONTENDERS  # noqa: E402,F401  (the names live in the light package module)
 
@@ -137,7 +139,7 @@ def dali_stage_breakdown(index, size: tuple[int, int], images: int = 96, batch_s
     prefix adds, median of ``repeats`` runs (stages are differences: a cheap one may come out
     slightly negative). ``framework`` only passes the bytes through. This shows which of DALI's
     kernels cost what; the loader's own CPU is measured in the run itself instead (the contender's
-    CPU minus its DALI operator threads', see :func:`~bench.measure.dali_operator_cpu_seconds`).
+    CPU minus its DALI operator threads', see :func:`~dali_backend.procstats.dali_operator_cpu_seconds`).
     """
     from dali_backend import AugmentSpec
     from dali_backend.dali.graph import import_dali

@@ -15,7 +15,7 @@ import time
 
 import psutil
 
-_GONE = (psutil.NoSuchProcess, psutil.ZombieProcess)
+from dali_backend.procstats import _GONE, process_memory_bytes
 
 
 def _tree(pid: int | None = None) -> list[psutil.Process]:
@@ -43,56 +43,6 @@ def tree_cpu_seconds(pid: int | None = None) -> float:
         if i == 0:  # the root's waited-for children (e.g. finished workers); not known on every platform
             total += getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
     return total
-
-
-def dali_operator_cpu_seconds() -> float | None:
-    """CPU seconds of this process's live DALI operator threads (named ``[DALI][TP<n>]Exec`` by DALI's
-    thread pool): the time DALI's operators ran. None where no such thread is found (not Linux, a DALI
-    that names its threads otherwise, or no pipeline alive). DALI's executor threads (``[DALI]
-    Executor``) are not counted; they used ~0.01 s in a 1000-image run (measured).
-
-    Read from ``/proc/self/task/<tid>/schedstat`` (nanoseconds on the CPU) where the kernel has it,
-    else from ``stat`` (clock ticks, 10 ms: too coarse for short runs).
-    """
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return None
-    total, found = 0.0, False
-    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    for tid in tids:
-        task = f"/proc/self/task/{tid}"
-        try:
-            with open(f"{task}/comm") as f:
-                if not f.read().startswith("[DALI][TP"):
-                    continue
-            try:
-                with open(f"{task}/schedstat") as f:
-                    total += int(f.read().split()[0]) / 1e9
-            except OSError:
-                with open(f"{task}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
-            found = True
-        except (OSError, ValueError, IndexError):
-            continue  # the thread ended meanwhile
-    return total if found else None  # no such thread: not measurable (not 0, which would blame the loader)
-
-
-def process_memory_bytes(p: psutil.Process) -> int | None:
-    """PSS of one process where available, else its RSS; ``None`` when it is gone or unreadable."""
-    try:
-        pss = getattr(p.memory_full_info(), "pss", None)
-        if pss is not None:
-            return int(pss)
-    except psutil.AccessDenied:
-        pass
-    except _GONE:
-        return None
-    try:
-        return int(p.memory_info().rss)
-    except (*_GONE, psutil.AccessDenied):
-        return None
 
 
 def tree_rss_mb(pid: int | None = None) -> float:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -127,6 +127,10 @@ class Batch:
             for them, else None.
         bad: the draws of this batch whose files were bad under ``on_error="raise"`` (their pixels
             and labels are placeholders): the facade raises the first one's error.
+        stages: seconds spent per stage on this batch's images, summed over them, where the
+            executor measured it (``"read"``, ``"decode"``, ``"augment"``, or ``"decode+augment"``
+            where one engine does both): the loader's telemetry.
+        in_flight: batches the executor holds in progress or ready beyond this one.
     """
 
     images: torch.Tensor
@@ -137,6 +141,8 @@ class Batch:
     epochs: np.ndarray
     params: list[Params] | None = None
     bad: tuple[BadDraw, ...] = ()
+    stages: dict[str, float] = field(default_factory=dict)
+    in_flight: int = 0
 
 
 class Executor(Protocol):
@@ -165,4 +171,8 @@ class Executor(Protocol):
 
     def close(self) -> None:
         """Release everything; a thread waiting in :meth:`run` raises ``LoaderClosedError``."""
+        ...
+
+    def worker_pids(self) -> list[int]:
+        """The pids of the executor's worker processes now (for CPU and memory telemetry)."""
         ...

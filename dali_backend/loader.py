@@ -16,6 +16,7 @@ their protocol and records (:mod:`dali_backend.boundary`): ``run(rows, key, plan
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from collections.abc import Iterator
 from typing import Literal
@@ -31,6 +32,7 @@ from .epochs import EpochLoaderMixin
 from .errors import ConfigError, ExecutorFailed, FallbackWarning, LoaderClosedError, StaleIteratorError
 from .reading import check_on_error
 from .sampler import WeightedSampler, default_sampler, default_seed, plan_epoch
+from .telemetry import LoaderTelemetry, format_line, verdict
 from .tensors import apply_batch_ops, batch_params, normalize, release_pooled_outputs
 
 log = logging.getLogger("dali_backend")
@@ -299,6 +301,7 @@ class DaliLoader(EpochLoaderMixin):
                 dataset, self.batch_size, self.backend, device_id, self.num_workers, prefetch_queue_depth,
                 hw_decoder_load, py_start_method, self.on_error, float(timeout), worker_init_fn, self.return_meta))
         self.device = self._executor.device
+        self._telemetry = LoaderTelemetry(self.backend, self._executor)
 
     # ------------------------------------------------------------------ epochs and passes
     def set_epoch(self, epoch: int) -> None:
@@ -354,12 +357,14 @@ class DaliLoader(EpochLoaderMixin):
                                      "DataLoader with persistent workers)")
 
     def _iterate(self, token: int):
+        asked = time.perf_counter()  # the training loop's first next() runs this generator's body
         self._check_current(token)  # an iterator started after a newer one began must not start an epoch
         epoch = self._begin_pass()
         full = self._plan(epoch)
         self._begin_epoch(len(full))
         plan = self._cut(full)
         self._check_resumable(epoch, plan)
+        self._telemetry.begin_pass()
         try:
             while True:
                 rows = plan[self._batches_done * self.batch_size:]
@@ -368,7 +373,11 @@ class DaliLoader(EpochLoaderMixin):
                         self._check_current(token)
                         if batch.bad:  # a file failed its checks under on_error="raise", in whichever process read it
                             raise batch.bad[0].error()
-                        yield self._output(batch)
+                        out = self._output(batch)
+                        self._telemetry.batch(len(batch.served), time.perf_counter() - asked, batch.stages,
+                                              batch.in_flight)
+                        yield out
+                        asked = time.perf_counter()
                         self._check_current(token)
                     break
                 except ExecutorFailed as failure:
@@ -381,14 +390,17 @@ class DaliLoader(EpochLoaderMixin):
                     raise
             self._end_epoch()
         finally:  # also when the pass is left early (break, an error): no output memory stays resident
+            self._telemetry.end_pass()
             release_pooled_outputs()
 
     def _output(self, batch: Batch) -> tuple:
         """What the user gets for one executor batch: normalised, batch operations and ``batch_transform``
         applied, with its meta; counted once nothing can fail before the yield."""
         spec, seed = self.dataset.spec, self.dataset.seed
+        t0 = time.perf_counter()
         per_draw = batch_params(spec, seed, batch.epochs, batch.positions) if spec.batch_ops else None
         images = apply_batch_ops(normalize(batch.images, spec), spec, per_draw)
+        batch.stages["normalize"] = batch.stages.get("normalize", 0.0) + time.perf_counter() - t0
         labels = batch.labels
         if self.batch_transform is not None:
             images, labels = self.batch_transform(images, labels)
@@ -399,6 +411,33 @@ class DaliLoader(EpochLoaderMixin):
     def _run(self, epoch: int, rows: np.ndarray):
         key = (id(self.sampler), epoch, self._batches_done) if isinstance(self.sampler, WeightedSampler) else None
         return self._executor.run(rows, key, self._rows)
+
+    # ------------------------------------------------------------------ telemetry
+    def metrics(self) -> dict:
+        """Live telemetry of this loader, JSON-able: is the training loop waiting for data
+        (``data_wait_fraction``), the throughput, and what each stage costs per image, with how it
+        was measured. Names, units and meanings: :data:`dali_backend.telemetry.METRICS`."""
+        return self._telemetry.snapshot()
+
+    def on_metrics(self, callback, every_s: float = 10.0) -> None:
+        """Call ``callback(loader.metrics())`` after a batch, at most every ``every_s`` seconds (an exporter:
+        TensorBoard, a logger, anything)."""
+        if not (isinstance(every_s, (int, float)) and not isinstance(every_s, bool) and every_s >= 0):
+            raise ConfigError(f"every_s={every_s!r}; must be a number of seconds >= 0")
+        if not callable(callback):
+            raise ConfigError(f"callback={callback!r} is not callable; pass a function taking the metrics dict")
+        self._telemetry.every(every_s, callback)
+
+    def report(self) -> str:
+        """What limits this loader's throughput, in plain words, with the numbers and what to change: the
+        training loop, storage, or the loader's CPU (which stage). Call it after some training batches."""
+        import os
+
+        return verdict(self.metrics(), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None)
+
+    def log_metrics(self, every_s: float = 30.0, level: int = logging.INFO) -> None:
+        """Log one line of the headline metrics (logger ``dali_backend.metrics``) at most every ``every_s`` s."""
+        self.on_metrics(lambda m: logging.getLogger("dali_backend.metrics").log(level, "%s", format_line(m)), every_s)
 
     @property
     def _runner(self) -> _DaliRunner | None:

@@ -10,6 +10,7 @@ nothing touches CUDA.
 from __future__ import annotations
 
 import os
+import time
 
 import cv2
 import numpy as np
@@ -123,10 +124,17 @@ class ImageDataset(Dataset):
         _, _, epoch, position = resolve_item(item, self.epoch)
         return draw_params(self.spec, self.seed, epoch, position)
 
-    def decode(self, i: int, epoch: int | None = None) -> NDArray[np.uint8]:
-        """Checked, decoded image of sample ``i`` (gray HxW or RGB HxWx3), before any augmentation."""
+    def decode(self, i: int, epoch: int | None = None, stages: dict | None = None) -> NDArray[np.uint8]:
+        """Checked, decoded image of sample ``i`` (gray HxW or RGB HxWx3), before any augmentation.
+
+        ``stages``: seconds spent reading and decoding are added to its ``"read"`` and ``"decode"``."""
+        t0 = time.perf_counter()
         data = self.reader.read(i, epoch)
+        t1 = time.perf_counter()
         img = ops.decode(data, self.spec.color)
+        if stages is not None:
+            stages["read"] = stages.get("read", 0.0) + (t1 - t0)
+            stages["decode"] = stages.get("decode", 0.0) + (time.perf_counter() - t1)
         if img is None or img.size == 0:
             raise BadImageError(self.reader.path(i), i, int(self.index.labels[i]), epoch,
                                 "OpenCV could not decode it (corrupt JPEG data)")
@@ -141,15 +149,22 @@ class ImageDataset(Dataset):
         image, label, meta, _ = self.load_draw_with_params(item, on_error)
         return image, label, meta
 
-    def load_draw_with_params(self, item, on_error: OnError | None = None):
-        """:meth:`load_draw` and the parameters the draw was augmented with (``spec.make_params``)."""
+    def load_draw_with_params(self, item, on_error: OnError | None = None, stages: dict | None = None):
+        """:meth:`load_draw` and the parameters the draw was augmented with (``spec.make_params``).
+
+        ``stages``: seconds spent reading, decoding and augmenting are added to its ``"read"``,
+        ``"decode"`` and ``"augment"`` (the loader's telemetry)."""
         _configure_worker()
         i, epoch, pepoch, position = resolve_item(item, self.epoch)
         if not 0 <= i < len(self.index):
             raise IndexError(f"sample index {i} out of range for {len(self.index)} samples")
-        served, img = self.reader.serve(i, pepoch, position, on_error or self.on_error, lambda j: self.decode(j, epoch))
+        served, img = self.reader.serve(i, pepoch, position, on_error or self.on_error,
+                                        lambda j: self.decode(j, epoch, stages))
+        t0 = time.perf_counter()
         params = self.spec.make_params(self.seed, pepoch, position, img.shape[:2])
         out = ops.apply_spec(img, self.spec, params)
+        if stages is not None:
+            stages["augment"] = stages.get("augment", 0.0) + (time.perf_counter() - t0)
         return out, int(self.index.labels[served]), np.array([i, served, position], dtype=np.int64), params
 
     def load_uint8(self, item) -> tuple[NDArray[np.uint8], int]:

@@ -56,20 +56,26 @@ class _Uint8View(Dataset):
 
     def __getitem__(self, draw: Draw):
         self._trim()  # keep worker RSS flat (full-resolution temporaries)
+        stages: dict[str, float] = {}  # seconds per stage, for the loader's telemetry
         try:
-            image, label, meta, params = self.dataset.load_draw_with_params(draw, self.on_error)
-            return image, label, np.append(meta, draw.epoch), plain_params(params) if self.with_params else None
+            image, label, meta, params = self.dataset.load_draw_with_params(draw, self.on_error, stages)
+            note = plain_params(params) if self.with_params else None
+            return image, label, np.append(meta, draw.epoch), note, stages
         except BadImageError as e:
             spec = self.dataset.spec
             blank = np.zeros((1 if spec.color == "gray" else 3, spec.height, spec.width), np.uint8)
             return (blank, -1, np.array([draw.index, SERVED_BAD, draw.position, draw.epoch], np.int64),
-                    BadDraw.from_error(e))
+                    BadDraw.from_error(e), stages)
 
 
-def _collate_uint8(samples: list[tuple]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, list]:
+def _collate_uint8(samples: list[tuple]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, list, dict]:
     images = torch.from_numpy(np.stack([s[0] for s in samples]))
     labels = torch.tensor([s[1] for s in samples], dtype=torch.int64)
-    return images, labels, np.stack([s[2] for s in samples]), [s[3] for s in samples]
+    stages: dict[str, float] = {}
+    for s in samples:
+        for k, v in s[4].items():
+            stages[k] = stages.get(k, 0.0) + v
+    return images, labels, np.stack([s[2] for s in samples]), [s[3] for s in samples], stages
 
 
 class _PlannedBatches(Sampler[list[Draw]]):
@@ -129,7 +135,7 @@ class TorchExecutor:
             try:
                 if batches is None:  # inside the try: the start of a pass can meet a worker that died before
                     batches = self._start_pass()
-                images, labels, meta, notes = self._next_batch(batches)
+                images, labels, meta, notes, stages = self._next_batch(batches)
             except StopIteration:
                 if self._closed:  # close() from another thread: torch ends the pass it shut down, short
                     raise LoaderClosedError("the DaliLoader was closed while this iterator was waiting for a batch; "
@@ -149,7 +155,18 @@ class TorchExecutor:
             self._trim()  # earlier batches are gone by now: keep RSS flat
             bad = tuple(n for n in notes if isinstance(n, BadDraw))
             params = None if bad or not self.with_params else notes
-            yield Batch(images, labels, meta[:, 0], meta[:, 1], meta[:, 2], meta[:, 3], params, bad)
+            yield Batch(images, labels, meta[:, 0], meta[:, 1], meta[:, 2], meta[:, 3], params, bad, stages,
+                        self._in_flight())
+
+    def _in_flight(self) -> int:
+        """Batches the DataLoader's workers hold or have finished ahead of this one (0 without workers)."""
+        it = getattr(self._loader, "_iterator", None)
+        return int(getattr(it, "_tasks_outstanding", 0) or 0)
+
+    def worker_pids(self) -> list[int]:
+        """The pids of the DataLoader's live worker processes (empty without workers or between passes)."""
+        it = getattr(self._loader, "_iterator", None)
+        return [w.pid for w in getattr(it, "_workers", None) or [] if w.pid is not None and w.is_alive()]
 
     def _start_pass(self):
         """``iter()`` of the DataLoader. Persistent workers are resumed first, which torch waits for with

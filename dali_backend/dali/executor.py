@@ -9,6 +9,7 @@ import numpy as np
 
 from ..boundary import Kind
 from ..errors import BadImageError, ExecutorFailed, LoaderWorkerError
+from ..procstats import dali_operator_cpu_seconds
 from .failures import parse_dali_failure
 from .runner import _DaliRunner
 from .wire import Col
@@ -33,6 +34,15 @@ class _DaliExecutor:
     def run(self, rows: np.ndarray, key, plan_next):
         """Batches of ``rows``; see :meth:`_DaliRunner.run`."""
         return self._live_runner().run(key, rows, plan_next)
+
+    def worker_pids(self) -> list[int]:
+        """The pids of the current pipeline's Python reader workers."""
+        return list(self.runner._worker_pids) if self.runner is not None else []
+
+    def engine_cpu_s(self) -> float | None:
+        """CPU seconds of DALI's operator threads in this process so far (decoding and the operations;
+        :func:`~dali_backend.procstats.dali_operator_cpu_seconds`), None where not measurable."""
+        return dali_operator_cpu_seconds()
 
     def recover(self, failure: ExecutorFailed) -> None:
         """Close the failed pipeline and mark the file its decoder refused (or raise DALI's error)."""

@@ -342,7 +342,7 @@ class _DaliRunner:
         if not np.array_equal(meta[:, :ROW], expected):
             raise RuntimeError(f"DALI returned slots {meta[:, 0].tolist()} where {expected[:, 0].tolist()} were planned; "
                                "this is a bug in dali_backend, please report it")
-        return out, meta[:, Col.SERVED]
+        return out, meta[:, Col.SERVED:]
 
     def _restart(self, stream) -> None:
         """Switch to ``stream``: batches already scheduled still run (DALI may be decoding them); drop them."""
@@ -377,8 +377,8 @@ class _DaliRunner:
     def _next_batch(self):
         self._fill()
         _, _, expected = self._queue.popleft()
-        out, served = self._run_one(expected)
-        return expected, out, served
+        out, returned = self._run_one(expected)
+        return expected, out, returned
 
     def run(self, key, rows: np.ndarray, plan_next):
         """Yield a :class:`~dali_backend.boundary.Batch` per batch of planned ``rows``.
@@ -393,13 +393,15 @@ class _DaliRunner:
         for _ in range(n_batches):
             if not self.gpu:  # CPU batches churn the host heap; GPU batches live in DALI's device pools
                 self._trim()  # earlier batches are gone by now: keep RSS flat
-            expected, out, served = self._guarded(self._next_batch)
-            yield self._batch(expected, out, served)
+            expected, out, returned = self._guarded(self._next_batch)
+            yield self._batch(expected, out, returned)
 
-    def _batch(self, expected: np.ndarray, out: dict, served: np.ndarray) -> Batch:
-        """DALI's output for the slots ``expected``, padding removed, with the notes the workers left."""
+    def _batch(self, expected: np.ndarray, out: dict, returned: np.ndarray) -> Batch:
+        """DALI's output for the slots ``expected``, padding removed, with the notes the workers left;
+        ``returned``: the columns the workers appended to each slot row (``Col.SERVED`` on)."""
         keep = expected[:, Col.KIND] == Kind.DRAW
-        rows, served = expected[keep], served[keep]
+        rows, served = expected[keep], returned[keep, 0]
+        read_s = float(returned[keep, Col.READ_NS - Col.SERVED].sum()) / 1e9
         images, labels = out["images"], out["labels"].reshape(-1)
         if not keep.all():
             mask = torch.from_numpy(keep).to(images.device)
@@ -413,7 +415,8 @@ class _DaliRunner:
         if self.with_params:
             params = [read_params(self.ring, int(r[Col.SLOT])) if ok else None for r, ok in zip(rows, good)]
         labels = torch.from_numpy(np.where(good, self.dataset.index.labels[np.maximum(served, 0)], -1)).to(self.device)
-        return Batch(images, labels, rows[:, Col.INDEX], served, rows[:, Col.POSITION], rows[:, Col.EPOCH], params, bad)
+        return Batch(images, labels, rows[:, Col.INDEX], served, rows[:, Col.POSITION], rows[:, Col.EPOCH], params, bad,
+                     {"read": read_s}, len(self._queue))
 
     def _bad_draw(self, slot: int):
         """The bad draw a reader worker met in ``slot`` (its note; the path from the index if it did not fit)."""

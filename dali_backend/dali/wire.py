@@ -31,7 +31,8 @@ from ..reading import SERVED_BAD, OnError, SampleReader
 from .workers import become_worker
 
 class Col(IntEnum):
-    """The columns of a slot row: in the ring (``SLOT`` .. ``KIND``) and coming back from DALI (+ ``SERVED``)."""
+    """The columns of a slot row: in the ring (``SLOT`` .. ``KIND``) and coming back from DALI (+ ``SERVED``,
+    and ``READ_NS``: the worker's time reading the draw's bytes and drawing its parameters, for telemetry)."""
 
     SLOT = 0
     INDEX = 1
@@ -39,6 +40,7 @@ class Col(IntEnum):
     POSITION = 3
     KIND = 4
     SERVED = 5
+    READ_NS = 6
 
 
 ROW = Col.KIND + 1  # columns in the ring
@@ -177,6 +179,7 @@ class DrawSource:
     def __call__(self, sample_info):
         slot = sample_info.idx_in_epoch
         row = self.ring.read(slot)
+        t0 = time.perf_counter_ns()
         _, index, epoch, position, kind = (int(v) for v in row)
         bad = None
         if kind == Kind.DRAW:
@@ -198,7 +201,7 @@ class DrawSource:
                 self.ring.write_note(slot, bad.to_json(self.ring.note_bytes - NOTE_HEADER))
         elif self.with_params:
             self.ring.write_note(slot, json.dumps(plain_params(p)).encode())
-        out = [data, np.array(label, dtype=np.int64), np.append(row, served).astype(np.int64)]
+        out = [data, np.array(label, dtype=np.int64), np.append(row, (served, time.perf_counter_ns() - t0)).astype(np.int64)]
         return tuple(out + self.spec.wire_arrays(p))
 
 
