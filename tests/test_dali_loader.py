@@ -34,7 +34,7 @@ def test_auto_without_cuda_falls_back_with_one_log_line(ds, caplog, monkeypatch)
     """device='auto' without CUDA: the torch backend, said in one WARNING line (and a FallbackWarning, once
     per process: tests/test_reliability_loader.py); an explicit device and backend is an INFO line."""
     from dali_backend import FallbackWarning
-    from dali_backend import loader as mod
+    from dali_backend import arguments as mod
 
     monkeypatch.setattr(mod, "_ANNOUNCED", set())  # as in a fresh process
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
@@ -55,7 +55,7 @@ def test_device_cuda_without_dali_is_said_not_silent(ds, monkeypatch):
     """device='cuda' on a machine with a GPU but no DALI runs the torch executor on the CPU: a
     FallbackWarning says so (the user asked for the GPU), as device='auto' does."""
     from dali_backend import FallbackWarning
-    from dali_backend import loader as mod
+    from dali_backend import arguments as mod
 
     monkeypatch.setattr(mod, "_ANNOUNCED", set())
     monkeypatch.setattr(mod, "cuda_device_count", lambda: 1)

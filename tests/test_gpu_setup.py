@@ -78,7 +78,7 @@ def test_choosing_a_backend_never_initialises_cuda(monkeypatch, ds):
 
 @pytest.mark.parametrize("local_rank, gpus, want", [("0", 8, 0), ("3", 8, 3), ("9", 8, 1), (None, 2, 0)])
 def test_each_torchrun_rank_gets_its_gpu_without_touching_cuda(monkeypatch, local_rank, gpus, want):
-    from dali_backend import loader as mod
+    from dali_backend import arguments as mod
 
     if local_rank is None:
         monkeypatch.delenv("LOCAL_RANK", raising=False)

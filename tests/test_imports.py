@@ -70,7 +70,7 @@ CONTRACT = {"dali_backend._own", "dali_backend.errors", "dali_backend.strings", 
 # tensors: the contract's last steps (normalisation), shared by both executors; boundary: the records
 # that cross between the facade and the executors (planned rows, Batch, BadDraw) and their protocol
 EXECUTORS = set()  # by package: dali_backend.dali (graph, wire, workers, devices, runner, hand-off) and fallback
-FACADE = {"dali_backend", "dali_backend.epochs", "dali_backend.loader", "dali_backend.telemetry",
+FACADE = {"dali_backend", "dali_backend.epochs", "dali_backend.loader", "dali_backend.telemetry", "dali_backend.autotune", "dali_backend.arguments",
           "dali_backend.exporters"}
 TOP = {"dali_backend.cli", "dali_backend.cliargs", "dali_backend.pictures", "dali_backend.__main__"}
 

@@ -276,7 +276,7 @@ def test_the_fallback_from_auto_is_said_once_without_logging_configuration(defec
     import warnings
 
     from dali_backend import FallbackWarning
-    from dali_backend import loader as mod
+    from dali_backend import arguments as mod
 
     monkeypatch.setattr(mod, "_ANNOUNCED", set())
     monkeypatch.setattr(mod, "cuda_device_count", lambda: 0)

@@ -1,0 +1,131 @@
+"""``num_workers="auto"``: choose the loader's worker count from a short calibration on the user's data.
+
+Each candidate (torch backend: 0, 1, 2, 4, ... worker processes; DALI: 1, 2, 4, ... operator threads)
+runs a few batches of the real data set, spec and batch size with its own temporary loader; the
+first batch (start-up) is not timed. The search goes up while throughput improves and stops at the
+time budget; the choice is the *smallest* setting within :data:`WITHIN` of the best measured (more
+workers cost memory and cores the training step may need). Candidates never exceed the cores this
+process may use divided by the processes torchrun started on this node.
+
+The choice is cached per machine and data set (``$XDG_CACHE_HOME/dali_backend/autotune.json``: host,
+cores, local ranks, backend, index fingerprint, spec, batch size), so later runs start at once; pass
+``DALI_BACKEND_AUTOTUNE=refresh`` to measure again. Every measurement is logged (INFO) and kept on
+the loader as ``loader.autotune``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+
+log = logging.getLogger("dali_backend")
+
+WITHIN = 0.05  # the smallest setting within 5 % of the best throughput wins
+BATCHES = 6  # timed batches per candidate (after one untimed)
+BUDGET_S = 30.0  # calibration stops trying larger settings after this much time
+CACHE_FILE = "autotune.json"
+
+
+def usable_cores() -> int:
+    """Cores this process may run on, shared among the local ranks torchrun started."""
+    from .dali.devices import local_ranks
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // local_ranks()[1])
+
+
+def candidates(backend: str, cores: int) -> list[int]:
+    """Settings to try, smallest first: worker processes (torch, 0 = in the training process) or DALI threads."""
+    out, n = ([0] if backend == "torch" else []), 1
+    while n <= cores:
+        out.append(n)
+        n *= 2
+    if out[-1] != cores:
+        out.append(cores)
+    return out
+
+
+def _cache_path() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dali_backend" / CACHE_FILE
+
+
+def _key(dataset, batch_size: int, backend: str, cores: int) -> str:
+    from .dali.devices import local_ranks
+
+    what = [socket.gethostname(), os.cpu_count(), cores, local_ranks()[1], backend, dataset.index.fingerprint,
+            repr(dataset.spec), int(batch_size)]
+    return hashlib.sha256(json.dumps(what, default=str).encode()).hexdigest()[:32]
+
+
+def _read_cache() -> dict:
+    try:
+        data = json.loads(_cache_path().read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}  # no cache yet, or a damaged one: measured again and rewritten
+
+
+def _write_cache(entries: dict) -> None:
+    from .index import write_atomic
+
+    path = _cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, lambda f: f.write(json.dumps(entries, indent=1).encode()), what="autotune cache")
+    except Exception as e:  # noqa: BLE001 - a cache that cannot be written only costs a calibration next time
+        log.warning("autotune: could not write its cache %s (%s); the next run calibrates again", path, e)
+
+
+def measure(make_loader, dataset, batch_size: int, workers: int, batches: int = BATCHES) -> float:
+    """Images per second of a temporary loader (``make_loader(workers, sampler)``, the facade's) over
+    ``batches`` timed batches."""
+    from .sampler import WeightedSampler
+
+    sampler = WeightedSampler(dataset.index, num_samples=(batches + 1) * batch_size, seed=0)
+    with make_loader(workers, sampler) as loader:
+        it = iter(loader)
+        next(it)  # start-up: workers, pipeline, first decode
+        t0, n = time.perf_counter(), 0
+        for images, _ in it:
+            n += len(images)
+        return n / (time.perf_counter() - t0)
+
+
+def choose_workers(make_loader, dataset, batch_size: int, backend: str,
+                   budget_s: float = BUDGET_S) -> tuple[int, dict]:
+    """``(the chosen setting, {"table": {setting: img/s}, "cached": bool, ...})``; see the module docstring.
+
+    ``make_loader(workers, sampler)`` builds a loader like the one being tuned, with that setting."""
+    cores = usable_cores()
+    key = _key(dataset, batch_size, backend, cores)
+    cache = _read_cache()
+    if key in cache and os.environ.get("DALI_BACKEND_AUTOTUNE") != "refresh":
+        entry = cache[key]
+        log.info("autotune: num_workers=%d for this machine and data set (cached in %s; measured %s)",
+                 entry["chosen"], _cache_path(), entry["table"])
+        return int(entry["chosen"]), {**entry, "cached": True}
+    table: dict[int, float] = {}
+    start = time.perf_counter()
+    for workers in candidates(backend, cores):
+        table[workers] = measure(make_loader, dataset, batch_size, workers)
+        log.info("autotune: num_workers=%d: %.1f img/s", workers, table[workers])
+        best = max(table.values())
+        if table[workers] < best * (1 - WITHIN) and len(table) > 2:
+            break  # past the peak
+        if time.perf_counter() - start > budget_s:
+            log.info("autotune: time budget of %.0f s spent; choosing among what was measured", budget_s)
+            break
+    best = max(table.values())
+    chosen = min(w for w, rate in table.items() if rate >= best * (1 - WITHIN))
+    entry = {"chosen": chosen, "table": {str(w): round(r, 1) for w, r in table.items()}, "backend": backend,
+             "cores": cores, "batch_size": int(batch_size), "measured_s": round(time.perf_counter() - start, 1)}
+    log.info("autotune: chose num_workers=%d (%.1f img/s; best %.1f; the smallest within %.0f%% of the best)",
+             chosen, table[chosen], best, 100 * WITHIN)
+    cache[key] = entry
+    _write_cache(cache)
+    return chosen, {**entry, "cached": False}
