@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .cliargs import (OneLineParser, operation_list, add_index_load_arguments, class_list, data_or_index, default_cache,
                       existing_dir, fraction, index_file, int_range, keyword_rules, load_data, output_dir, output_file,
-                      positive_int, run_command, size_wxh, text_encoding, verbosity_parent)
+                      positive_int, run_command, size_wxh, text_encoding, verbosity_parent, milliseconds, workers_count)
 from .errors import FallbackWarning
 from .index import check_output_path, write_atomic
 from .pictures import _histogram, _text, _write_image, crop_windows, letterbox_tile, save_preview
@@ -299,6 +299,42 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_diagnose(args) -> int:
+    """Run ``--batches`` batches as a training loop would (waiting ``--step-ms`` per batch) and print
+    ``loader.report()`` and the metrics (see :mod:`dali_backend.telemetry`)."""
+    import json
+
+    from ._own import own
+    from .augment import AugmentSpec
+    from .loader import DaliLoader
+    from .sampler import WeightedSampler
+
+    index = load_data(args.data, args.root, args.no_check)
+    spec = AugmentSpec(ops=args.ops) if args.ops else AugmentSpec(size=args.size)
+    ds = own("fallback.dataset").ImageDataset(index, spec)
+    sampler = WeightedSampler(index, num_samples=args.batches * args.batch_size, seed=0)
+    with warnings.catch_warnings():  # the report names the backend and why
+        warnings.simplefilter("ignore", FallbackWarning)
+        loader = DaliLoader(ds, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers,
+                            device=args.device, backend=args.backend)
+    with loader:
+        for _ in loader:
+            if args.step_ms > 0:
+                time.sleep(args.step_ms / 1e3)
+        metrics = loader.metrics()
+        report = loader.report(metrics)
+    print(report)
+    if loader.autotune is not None:
+        print(f"autotune: num_workers={loader.num_workers} (img/s by setting: {loader.autotune['table']})")
+    shown = {k: v for k, v in metrics.items() if k.startswith("stage_ms.") and v is not None}
+    print("ms per image: " + ", ".join(f"{k[len('stage_ms.'):]} {v:.2f} ({metrics['how'].get(k[9:], '')})"
+                                       for k, v in shown.items()))
+    if args.json:
+        write_atomic(args.json, lambda f: f.write(json.dumps(metrics, indent=1).encode()), "metrics file")
+        print(f"metrics: {args.json}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ._own import own
 
@@ -389,6 +425,26 @@ def build_parser() -> argparse.ArgumentParser:
                                                "(shown before normalisation; crop windows drawn on the original)")
     v.add_argument("--seed", type=int, default=0)
     add_index_load_arguments(v)
+
+    g = add("diagnose", cmd_diagnose, "run a few batches with your data and settings and say in plain words what "
+            "limits throughput (the training loop, storage, the loader's CPU and which stage), with the numbers "
+            "and what to change")
+    g.add_argument("data", type=data_or_index, help="data root (root/<class>/*.jpg) or an index file")
+    g.add_argument("--batches", type=positive_int, default=30, help="batches to run (default 30)")
+    g.add_argument("--batch-size", type=positive_int, default=32)
+    g.add_argument("--step-ms", type=milliseconds, default=0.0,
+                   help="your training step's time per batch in ms, simulated by waiting (default 0: measure what "
+                        "the loader alone can deliver)")
+    g.add_argument("--workers", type=workers_count, default=0,
+                   help="loader workers / DALI threads, or 'auto' to calibrate (default 0: the loader's default)")
+    g.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    g.add_argument("--backend", default="auto", choices=["auto", "dali", "torch"])
+    g.add_argument("--size", type=positive_int, default=224, help="square output size of the preset (default 224)")
+    g.add_argument("--ops", type=operation_list, default=None,
+                   help="your training's operation list instead of the preset, e.g. 'RandomResizedCrop(224), "
+                        "RandomHorizontalFlip(), Normalize(...)'")
+    g.add_argument("--json", type=output_file, help="also write the metrics to this JSON file")
+    add_index_load_arguments(g)
 
     b = sub.add_parser("bench", help="the benchmark (same as python -m bench)", parents=[common],
                        description="DaliLoader against the CPU fallback, the tutorial-style loader and the ceiling.")

@@ -71,6 +71,30 @@ def positive_int(text: str) -> int:
     return int_range(1)(text)
 
 
+def milliseconds(text: str) -> float:
+    """A time in milliseconds, >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time in ms; give a number >= 0, e.g. 120")
+    return value
+
+
+def workers_count(text: str) -> int | str:
+    """A worker count (>= 0) or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a worker count; give a number >= 0 or 'auto'")
+    return value
+
+
 def int_range(lo: int, hi: int | None = None) -> Callable[[str], int]:
     """A ``type=`` function accepting integers in ``[lo, hi]`` (``hi=None``: no upper bound)."""
     want = f"an integer from {lo} to {hi}" if hi is not None else f"an integer >= {lo}"

@@ -111,6 +111,8 @@ class DaliLoader(EpochLoaderMixin):
         batch_transform: ``fn(images, labels) -> (images, labels)`` applied to every batch after
             normalisation, on the loader's device (the GPU for ``dali-gpu``), the same on both
             backends: MixUp, CutMix, tensor transforms of other libraries.
+        telemetry: measure what :meth:`metrics` and :meth:`report` say (default; it costs a few
+            clock reads per batch and per image). False: they raise, and the workers time nothing.
 
     Yields ``(images, labels)``: the spec's dtype ``[B, 3, H, W]`` (on the GPU for ``dali-gpu``) and int64
     ``[B]``; with ``return_meta=True``, ``(images, labels, meta)`` where ``meta`` is a dict of
@@ -128,7 +130,7 @@ class DaliLoader(EpochLoaderMixin):
                  pin_memory_device: str = "", in_order: bool = True, device: str = "auto", backend: Backend = "auto",
                  seed: int | None = None, prefetch_queue_depth: int = 2, hw_decoder_load: float = 0.65,
                  py_start_method: str | None = None, on_error: str | None = None, return_meta: bool = False,
-                 batch_transform=None):
+                 batch_transform=None, telemetry: bool = True):
         shuffle = bool(shuffle)
         _refuse_arguments(dataset, sampler, shuffle, batch_sampler, collate_fn, worker_init_fn, batch_transform)
         _check_numbers(batch_size=batch_size, num_workers=num_workers, prefetch_factor=prefetch_factor,
@@ -175,7 +177,7 @@ class DaliLoader(EpochLoaderMixin):
                 dataset, self.batch_size, self.on_error, num_workers=self.num_workers, pin_memory=pin_memory,
                 timeout=timeout, worker_init_fn=worker_init_fn, prefetch_factor=prefetch_factor,
                 persistent_workers=persistent_workers, multiprocessing_context=context, pin_memory_device=pin_memory_device,
-                with_params=self.return_meta)
+                with_params=self.return_meta, timed=bool(telemetry))
         else:
             if py_start_method is None and context_method in ("fork", "spawn"):
                 py_start_method = context_method
@@ -186,7 +188,7 @@ class DaliLoader(EpochLoaderMixin):
                 dataset, self.batch_size, self.backend, device_id, self.num_workers, prefetch_queue_depth,
                 hw_decoder_load, py_start_method, self.on_error, float(timeout), worker_init_fn, self.return_meta))
         self.device = self._executor.device
-        self._telemetry = LoaderTelemetry(self.backend, self._executor)
+        self._telemetry = LoaderTelemetry(self.backend, self._executor) if telemetry else None
 
     # ------------------------------------------------------------------ epochs and passes
     def set_epoch(self, epoch: int) -> None:
@@ -249,7 +251,9 @@ class DaliLoader(EpochLoaderMixin):
         self._begin_epoch(len(full))
         plan = self._cut(full)
         self._check_resumable(epoch, plan)
-        self._telemetry.begin_pass()
+        telemetry = self._telemetry
+        if telemetry is not None:
+            telemetry.begin_pass(asked)
         try:
             while True:
                 rows = plan[self._batches_done * self.batch_size:]
@@ -259,8 +263,9 @@ class DaliLoader(EpochLoaderMixin):
                         if batch.bad:  # a file failed its checks under on_error="raise", in whichever process read it
                             raise batch.bad[0].error()
                         out = self._output(batch)
-                        self._telemetry.batch(len(batch.served), time.perf_counter() - asked, batch.stages,
-                                              batch.in_flight)
+                        if telemetry is not None:
+                            telemetry.batch(len(batch.served), time.perf_counter() - asked, batch.stages,
+                                            batch.in_flight)
                         yield out
                         asked = time.perf_counter()
                         self._check_current(token)
@@ -275,7 +280,8 @@ class DaliLoader(EpochLoaderMixin):
                     raise
             self._end_epoch()
         finally:  # also when the pass is left early (break, an error): no output memory stays resident
-            self._telemetry.end_pass()
+            if telemetry is not None:
+                telemetry.end_pass()
             release_pooled_outputs()
 
     def _output(self, batch: Batch) -> tuple:
@@ -285,7 +291,8 @@ class DaliLoader(EpochLoaderMixin):
         t0 = time.perf_counter()
         per_draw = batch_params(spec, seed, batch.epochs, batch.positions) if spec.batch_ops else None
         images = apply_batch_ops(normalize(batch.images, spec), spec, per_draw)
-        batch.stages["normalize"] = batch.stages.get("normalize", 0.0) + time.perf_counter() - t0
+        if self._telemetry is not None:
+            batch.stages["normalize"] = batch.stages.get("normalize", 0.0) + time.perf_counter() - t0
         labels = batch.labels
         if self.batch_transform is not None:
             images, labels = self.batch_transform(images, labels)
@@ -302,7 +309,13 @@ class DaliLoader(EpochLoaderMixin):
         """Live telemetry of this loader, JSON-able: is the training loop waiting for data
         (``data_wait_fraction``), the throughput, and what each stage costs per image, with how it
         was measured. Names, units and meanings: :data:`dali_backend.telemetry.METRICS`."""
-        return self._telemetry.snapshot()
+        return self._live_telemetry().snapshot()
+
+    def _live_telemetry(self) -> LoaderTelemetry:
+        if self._telemetry is None:
+            raise ConfigError("this DaliLoader was made with telemetry=False; make it with telemetry=True (the "
+                              "default) for metrics(), report() and metrics hooks")
+        return self._telemetry
 
     def on_metrics(self, callback, every_s: float = 10.0) -> None:
         """Call ``callback(loader.metrics())`` after a batch, at most every ``every_s`` seconds (an exporter:
@@ -311,14 +324,16 @@ class DaliLoader(EpochLoaderMixin):
             raise ConfigError(f"every_s={every_s!r}; must be a number of seconds >= 0")
         if not callable(callback):
             raise ConfigError(f"callback={callback!r} is not callable; pass a function taking the metrics dict")
-        self._telemetry.every(every_s, callback)
+        self._live_telemetry().every(every_s, callback)
 
-    def report(self) -> str:
+    def report(self, metrics: dict | None = None) -> str:
         """What limits this loader's throughput, in plain words, with the numbers and what to change: the
-        training loop, storage, or the loader's CPU (which stage). Call it after some training batches."""
+        training loop, storage, or the loader's CPU (which stage). Call it after some training batches;
+        ``metrics``: a :meth:`metrics` result to judge (default: now)."""
         import os
 
-        return verdict(self.metrics(), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        return verdict(self.metrics() if metrics is None else metrics, cores)
 
     def log_metrics(self, every_s: float = 30.0, level: int = logging.INFO) -> None:
         """Log one line of the headline metrics (logger ``dali_backend.metrics``) at most every ``every_s`` s."""

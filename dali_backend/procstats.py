@@ -76,3 +76,4 @@ def process_cpu_seconds(pid: int) -> float | None:
     except (*_GONE, psutil.AccessDenied):
         return None
     return t.user + t.system
+

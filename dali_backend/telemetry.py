@@ -53,10 +53,10 @@ METRICS: dict[str, tuple[str, str]] = {
     "stage_ms.augment": ("ms/img", "the augmentation operations (torch executor, in its workers)"),
     "stage_ms.decode+augment": ("ms/img", "decoding and the operations (DALI: CPU time of its operator threads)"),
     "stage_ms.normalize": ("ms/img", "normalisation and batch operations, in the training process"),
-    "main_cpu_percent": ("%", "CPU use of the training process since the last snapshot (100 = one core)"),
+    "main_cpu_percent": ("%", "this pass: CPU use of the training process (100 = one core)"),
     "main_pss_mb": ("MB", "memory of the training process (PSS, or RSS where PSS is not known)"),
     "workers": ("count", "the executor's worker processes alive"),
-    "workers_cpu_percent": ("%", "CPU use of the worker processes since the last snapshot, summed"),
+    "workers_cpu_percent": ("%", "this pass: CPU use of the worker processes, summed (100 = one core)"),
     "workers_pss_mb": ("MB", "memory of the worker processes (PSS), summed"),
 }
 HOW = {"torch": {"read": "wall time per image in the DataLoader workers", "decode": "same", "augment": "same",
@@ -90,14 +90,19 @@ class LoaderTelemetry:
         self._in_flight = 0
         self._engine_cpu0: float | None = None
         self._hooks: list[list] = []  # [callback, every_s, last call time]
-        self._cpu_marks: dict[int, tuple[float, float]] = {}  # pid -> (time, cpu seconds) at the last snapshot
+        self._cpu_marks: dict[int, tuple[float, float]] = {}  # pid -> (time.time(), cpu seconds) at the pass's start
+        self._pass_epoch_start = time.time()
 
     # ------------------------------------------------------------------ recorded by the facade
-    def begin_pass(self) -> None:
+    def begin_pass(self, start: float | None = None) -> None:
+        """A pass began at ``start`` (``perf_counter``; default now): when the training loop asked for its
+        first batch."""
         self.end_pass()
-        self.current = _Pass(time.perf_counter())
+        self.current = _Pass(time.perf_counter() if start is None else start)
         if self._engine_cpu0 is None:
             self._engine_cpu0 = self._engine_cpu()
+        self._cpu_marks = self._cpu_now([os.getpid(), *self._worker_pids()])
+        self._pass_epoch_start = time.time() - (time.perf_counter() - self.current.start)
 
     def end_pass(self) -> None:
         """The pass ended (or was left); its figures stay readable until the next pass begins."""
@@ -172,19 +177,26 @@ class LoaderTelemetry:
         out.update(self._processes(now))
         return out
 
-    def _processes(self, now: float) -> dict:
-        from .procstats import process_cpu_seconds, process_memory_bytes
+    def _worker_pids(self) -> list[int]:
+        return list(getattr(self.executor, "worker_pids", lambda: [])() or [])
 
-        pids = [p for p in (getattr(self.executor, "worker_pids", lambda: [])() or [])]
-        main = os.getpid()
+    @staticmethod
+    def _cpu_now(pids: list[int]) -> dict[int, tuple[float, float]]:
+        from .procstats import process_cpu_seconds
+
+        now = time.time()
+        return {pid: (now, cpu) for pid in pids if (cpu := process_cpu_seconds(pid)) is not None}
+
+    def _processes(self, now: float) -> dict:
+        """CPU use over this pass (a worker started during the pass: all its CPU time is this pass's) and
+        memory now."""
+        from .procstats import process_memory_bytes
+
+        main, pids = os.getpid(), self._worker_pids()
         cpu_pct, mem = {}, {}
-        for pid in [main, *pids]:
-            cpu = process_cpu_seconds(pid)
-            if cpu is None:
-                continue
-            t0, c0 = self._cpu_marks.get(pid, (None, None))
-            self._cpu_marks[pid] = (now, cpu)
-            cpu_pct[pid] = 100.0 * (cpu - c0) / (now - t0) if t0 is not None and now > t0 else None
+        for pid, (t1, c1) in self._cpu_now([main, *pids]).items():
+            t0, c0 = self._cpu_marks.get(pid, (self._pass_epoch_start, 0.0))
+            cpu_pct[pid] = 100.0 * (c1 - c0) / (t1 - t0) if t0 is not None and t1 > t0 else None
             mem[pid] = process_memory_bytes(pid)
         worker_mem = [mem[p] for p in pids if mem.get(p) is not None]
         worker_cpu = [cpu_pct[p] for p in pids if cpu_pct.get(p) is not None]

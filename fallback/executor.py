@@ -47,8 +47,8 @@ class _Uint8View(Dataset):
     reaches that batch, as the DALI path does.
     """
 
-    def __init__(self, dataset: ImageDataset, on_error: str, with_params: bool = False):
-        self.dataset, self.on_error, self.with_params = dataset, on_error, with_params
+    def __init__(self, dataset: ImageDataset, on_error: str, with_params: bool = False, timed: bool = True):
+        self.dataset, self.on_error, self.with_params, self.timed = dataset, on_error, with_params, timed
         self._trim = EveryNth(WORKER_TRIM_EVERY)  # each worker counts its own samples (its own copy)
 
     def __len__(self) -> int:
@@ -58,7 +58,8 @@ class _Uint8View(Dataset):
         self._trim()  # keep worker RSS flat (full-resolution temporaries)
         stages: dict[str, float] = {}  # seconds per stage, for the loader's telemetry
         try:
-            image, label, meta, params = self.dataset.load_draw_with_params(draw, self.on_error, stages)
+            image, label, meta, params = self.dataset.load_draw_with_params(draw, self.on_error,
+                                                                            stages if self.timed else None)
             note = plain_params(params) if self.with_params else None
             return image, label, np.append(meta, draw.epoch), note, stages
         except BadImageError as e:
@@ -109,7 +110,7 @@ class TorchExecutor:
     def __init__(self, dataset: ImageDataset, batch_size: int, on_error: str, num_workers: int = 0,
                  pin_memory: bool = False, timeout: float = 0, worker_init_fn=None, prefetch_factor: int | None = None,
                  persistent_workers: bool = False, multiprocessing_context=None, pin_memory_device: str = "",
-                 with_params: bool = False):
+                 with_params: bool = False, timed: bool = True):
         self.batch_size, self.timeout, self.with_params = batch_size, timeout, with_params
         self.rows = np.zeros((0, len(Plan)), np.int64)
         self._trim = EveryNth(BATCHES_PER_TRIM)
@@ -117,7 +118,7 @@ class TorchExecutor:
         workers = num_workers > 0
         extra = {"pin_memory_device": pin_memory_device} if pin_memory and pin_memory_device else {}
         self._loader = DataLoader(
-            _Uint8View(dataset, on_error, with_params), batch_sampler=_PlannedBatches(self), num_workers=num_workers,
+            _Uint8View(dataset, on_error, with_params, timed), batch_sampler=_PlannedBatches(self), num_workers=num_workers,
             collate_fn=_collate_uint8, pin_memory=pin_memory, worker_init_fn=worker_init_fn,
             # torch draws each pass's worker seed from this generator: never from the user's global RNG
             # (DALI does not touch it either, so a training script's random numbers are the same on both)

@@ -185,3 +185,29 @@ def test_lightning_callback_reaches_the_trainers_logger(index, tmp_path):
     assert len(waits) == 6 and all(0 <= float(w) <= 1 for w in waits)
     with pytest.raises(ConfigError, match="every_n_batches=0"):
         lightning_callback(loader, 0)
+
+
+def test_diagnose_command_says_what_limits_and_writes_the_metrics(index, tmp_path, capsys):
+    from conftest import run_cli
+
+    out = tmp_path / "metrics.json"
+    rc, stdout, _ = run_cli(["diagnose", index.root, "--batches", "6", "--batch-size", "4", "--backend", "torch",
+                             "--step-ms", "5", "--json", str(out)], capsys)
+    assert rc == 0, stdout
+    assert stdout.startswith("torch: 24 images in ") and "Verdict: " in stdout and "ms per image: read " in stdout
+    saved = json.loads(out.read_text())
+    assert set(saved) == set(METRICS) | {"backend", "how"} and saved["images"] == 24
+    rc, _, err = run_cli(["diagnose", index.root, "--step-ms", "-3"], capsys)
+    assert rc == 2 and "'-3' is not a time in ms" in err
+    rc, _, err = run_cli(["diagnose", index.root, "--workers", "many"], capsys)
+    assert rc == 2 and "'many' is not a worker count" in err
+
+
+def test_telemetry_off_measures_nothing_and_says_so(index):
+    with _loader(index, "torch", telemetry=False) as loader:
+        batches = sum(1 for _ in loader)
+        with pytest.raises(ConfigError, match="telemetry=False"):
+            loader.metrics()
+        with pytest.raises(ConfigError, match="telemetry=False"):
+            loader.on_metrics(print)
+    assert batches == 12
