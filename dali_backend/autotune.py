@@ -1,8 +1,8 @@
 """``num_workers="auto"``: choose the loader's worker count from a short calibration on the user's data.
 
 Each candidate (torch backend: 0, 1, 2, 4, ... worker processes; DALI: 1, 2, 4, ... operator threads)
-runs a few batches of the real data set, spec and batch size with its own temporary loader; the
-first batch (start-up) is not timed. The search goes up while throughput improves and stops at the
+runs batches of the real data set, spec and batch size with its own temporary loader for about
+:data:`MEASURE_S` seconds; the first batch (start-up) is not timed. The search goes up while throughput improves and stops at the
 time budget; the choice is the *smallest* setting within :data:`WITHIN` of the best measured (more
 workers cost memory and cores the training step may need). Candidates never exceed the cores this
 process may use divided by the processes torchrun started on this node.
@@ -26,7 +26,9 @@ from pathlib import Path
 log = logging.getLogger("dali_backend")
 
 WITHIN = 0.05  # the smallest setting within 5 % of the best throughput wins
-BATCHES = 6  # timed batches per candidate (after one untimed)
+BATCHES = 4  # timed batches per candidate at least (after one untimed) ...
+MEASURE_S = 1.5  # ... and at least this many seconds of them (or MAX_BATCHES), so that noise averages out
+MAX_BATCHES = 200
 BUDGET_S = 30.0  # calibration stops trying larger settings after this much time
 CACHE_FILE = "autotune.json"
 
@@ -81,19 +83,24 @@ def _write_cache(entries: dict) -> None:
         log.warning("autotune: could not write its cache %s (%s); the next run calibrates again", path, e)
 
 
-def measure(make_loader, dataset, batch_size: int, workers: int, batches: int = BATCHES) -> float:
-    """Images per second of a temporary loader (``make_loader(workers, sampler)``, the facade's) over
-    ``batches`` timed batches."""
+def measure(make_loader, dataset, batch_size: int, workers: int, batches: int = BATCHES,
+            seconds: float = MEASURE_S) -> float:
+    """Images per second of a temporary loader (``make_loader(workers, sampler)``, the facade's) over at
+    least ``batches`` timed batches and ``seconds`` seconds (at most :data:`MAX_BATCHES`)."""
     from .sampler import WeightedSampler
 
-    sampler = WeightedSampler(dataset.index, num_samples=(batches + 1) * batch_size, seed=0)
+    sampler = WeightedSampler(dataset.index, num_samples=(MAX_BATCHES + 1) * batch_size, seed=0)
     with make_loader(workers, sampler) as loader:
         it = iter(loader)
         next(it)  # start-up: workers, pipeline, first decode
-        t0, n = time.perf_counter(), 0
+        t0, n, done = time.perf_counter(), 0, 0
         for images, _ in it:
-            n += len(images)
-        return n / (time.perf_counter() - t0)
+            n, done = n + len(images), done + 1
+            if done >= batches and time.perf_counter() - t0 >= seconds:
+                break
+        rate = n / (time.perf_counter() - t0)
+        it.close()
+        return rate
 
 
 def choose_workers(make_loader, dataset, batch_size: int, backend: str,

@@ -4,6 +4,8 @@
   (:func:`dali_backend.cli.build_parser`, which also holds ``python -m bench``'s arguments): every
   command, its usage line, arguments, choices and help text. A flag added to the parser is on the
   site at the next build; ``tests/test_docs.py`` checks the page lists every flag.
+* ``reference/metrics.md``: every name ``loader.metrics()`` returns, its unit and meaning, from
+  :data:`dali_backend.telemetry.METRICS` (and how each stage is measured, per backend).
 * the table of supported operations in ``guides/torchvision.md`` (where the page says
   ``<!-- generated: torchvision-operations -->``), from the operation registry: every torchvision
   transform :meth:`AugmentSpec.from_torchvision` translates, and to what.
@@ -35,6 +37,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 CLI_PAGE = "reference/cli.md"
+METRICS_PAGE = "reference/metrics.md"
 USAGE_COLUMNS = "100"  # argparse wraps usage lines to $COLUMNS: fixed, so the page is the same on every machine
 
 
@@ -240,9 +243,26 @@ def charts(page: Path) -> dict[str, bytes]:
     return out
 
 
+def metrics_markdown() -> str:
+    """The metrics reference: the names of ``loader.metrics()`` from the telemetry module's table."""
+    from dali_backend.telemetry import HOW, METRICS
+
+    lines = ["# Metrics", "",
+             "What `loader.metrics()` returns (and the exporters write, under `loader/<name>`), generated from",
+             "`dali_backend.telemetry.METRICS`. A value not measured on a backend is `None` (left out by the",
+             "exporters), never 0. Guide: [Is data loading my bottleneck?](../guides/telemetry.md).", "",
+             "| name | unit | meaning |", "| --- | --- | --- |"]
+    lines += [f"| `{name}` | {unit} | {_cell(meaning)} |" for name, (unit, meaning) in METRICS.items()]
+    lines += ["", "Two more keys are strings: `backend` (the backend that ran) and `how` (how each stage was measured):", "",
+              "| backend | stage | how it is measured |", "| --- | --- | --- |"]
+    lines += [f"| {backend} | `{stage}` | {_cell(how)} |" for backend, stages in HOW.items() for stage, how in stages.items()]
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------------------ mkdocs events
 def on_files(files, config):
     files.append(File.generated(config, CLI_PAGE, content=cli_markdown()))
+    files.append(File.generated(config, METRICS_PAGE, content=metrics_markdown()))
     page = Path(config["docs_dir"]) / "benchmarks.md"
     for name, png in charts(page).items():
         files.append(File.generated(config, f"benchmarks/{name}", content=png))

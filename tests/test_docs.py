@@ -156,6 +156,7 @@ def test_examples_run(page, tmp_path, monkeypatch):
     todo = runnable(page)
     make_data(tmp_path)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # num_workers="auto" caches its choice there
     namespace: dict = {"__name__": "__main__"}
     try:
         for block in todo:
@@ -217,6 +218,14 @@ def test_the_cli_reference_lists_every_flag_of_the_parser():
             if action.help != argparse.SUPPRESS:
                 for flag in action.option_strings:
                     assert f"`{flag}" in page, f"{name} {flag} missing from the CLI reference"
+
+
+def test_the_metrics_reference_names_every_metric():
+    """The metrics page is generated from dali_backend.telemetry.METRICS at build time; check what it holds."""
+    from dali_backend.telemetry import METRICS
+
+    page = docs_hooks().metrics_markdown()
+    assert all(f"| `{name}` |" in page for name in METRICS)
 
 
 def test_operation_tables_name_every_operation():
