@@ -1,4 +1,4 @@
-"""Where ``loader.metrics()`` goes: TensorBoard scalars, a Lightning callback, or any function.
+"""Where ``loader.metrics()`` goes: TensorBoard scalars, a Lightning callback, a tqdm bar, or any function.
 
 Each exporter is a callable taking the metrics dict, attached with ``loader.on_metrics(exporter,
 every_s=...)`` (the Lightning callback attaches itself per training batch instead). They write the
@@ -46,6 +46,25 @@ class TensorBoardMetrics:
         for tag, value in numeric(metrics, self.prefix).items():
             self.writer.add_scalar(tag, value, step)
         self.writer.flush()
+
+
+class TqdmMetrics:
+    """Shows the headline metrics in a tqdm progress bar's postfix (data wait, img/s, batches ahead):
+    ``bar = tqdm(loader); loader.on_metrics(TqdmMetrics(bar), every_s=1)``."""
+
+    def __init__(self, bar):
+        if not hasattr(bar, "set_postfix_str"):
+            from .errors import ConfigError
+
+            raise ConfigError(f"TqdmMetrics: {type(bar).__name__} is not a tqdm bar (it has no set_postfix_str); "
+                              "pass the bar you iterate, e.g. bar = tqdm(loader)")
+        self.bar = bar
+
+    def __call__(self, metrics: dict) -> None:
+        wait, rate = metrics["data_wait_fraction_recent"], metrics["img_per_s_recent"]
+        self.bar.set_postfix_str(f"data wait {'-' if wait is None else f'{100 * wait:.0f}%'}, "
+                                 f"{'-' if rate is None else f'{rate:.0f}'} img/s, "
+                                 f"{metrics['batches_in_flight']} ahead", refresh=False)
 
 
 def lightning_callback(loader, every_n_batches: int = 50, prefix: str = "loader/"):

@@ -211,3 +211,19 @@ def test_telemetry_off_measures_nothing_and_says_so(index):
         with pytest.raises(ConfigError, match="telemetry=False"):
             loader.on_metrics(print)
     assert batches == 12
+
+
+def test_the_tqdm_bar_shows_the_data_wait(index):
+    from tqdm import tqdm
+
+    from dali_backend.exporters import TqdmMetrics
+
+    with _loader(index, "torch") as loader:
+        bar = tqdm(loader, disable=False, file=open("/dev/null", "w"))
+        loader.on_metrics(TqdmMetrics(bar), every_s=0)
+        for _ in bar:
+            pass
+        assert "data wait " in bar.postfix and "img/s" in bar.postfix and "ahead" in bar.postfix
+        bar.close()
+    with pytest.raises(ConfigError, match="not a tqdm bar"):
+        TqdmMetrics([])
