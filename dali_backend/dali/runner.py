@@ -403,9 +403,9 @@ class _DaliRunner:
         rows, served = expected[keep], returned[keep, 0]
         read_s = float(returned[keep, Col.READ_NS - Col.SERVED].sum()) / 1e9
         images, labels = out["images"], out["labels"].reshape(-1)
-        if not keep.all():
-            mask = torch.from_numpy(keep).to(images.device)
-            images, labels = images[mask], labels[mask]
+        if not keep.all():  # images may be on the GPU while labels (a CPU output) are not: a mask for each
+            mask = torch.from_numpy(keep)
+            images, labels = images[mask.to(images.device)], labels[mask.to(labels.device)]
         good = served != SERVED_BAD
         want = self.dataset.index.labels[served[good]]
         if not np.array_equal(labels.cpu().numpy()[good], want):
