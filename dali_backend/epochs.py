@@ -49,10 +49,10 @@ def sampler_identity(sampler, dataset, epoch: int | None = None) -> dict:
     ident = {"type": type(sampler).__name__, "len": sampler.rank_len(sampler.num_samples_at(epoch)) if weighted
              else len(sampler), "augment_seed": int(getattr(dataset, "seed", 0))}
     for name in ("seed", "mode", "num_samples", "replacement", "rank", "world_size", "drop_last"):
-        if hasattr(sampler, name) and isinstance(getattr(sampler, name), (bool, int, str)):
+        if weighted and name == "num_samples":
+            ident[name] = sampler.num_samples_at(epoch)
+        elif hasattr(sampler, name) and isinstance(getattr(sampler, name), (bool, int, str)):
             ident[name] = getattr(sampler, name)
-    if weighted:
-        ident["num_samples"] = sampler.num_samples_at(epoch)
     return ident
 
 
