@@ -313,13 +313,6 @@ class DaliLoader(EpochLoaderMixin):
         self._epoch_chosen = True
         self._epoch_planned = False
 
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        self._epoch_planned = False
-        self._epoch_chosen = True  # the next pass runs the state's epoch (set_epoch above already says so)
-
-    load_state_dict.__doc__ = EpochLoaderMixin.load_state_dict.__doc__
-
     # ------------------------------------------------------------------ data changes between epochs
     def exclude(self, samples, from_epoch: int | None = None) -> int:
         """Stop drawing ``samples`` from the next epoch on (or from ``from_epoch``); returns that epoch.
