@@ -417,7 +417,9 @@ class WeightedSampler(Sampler[Draw]):
         return num_samples // world if self.drop_last else math.ceil(num_samples / world)
 
     def __repr__(self) -> str:
-        return (f"WeightedSampler(n={len(self.index)}, num_samples={self.num_samples}, mode={self.mode!r}, "
+        gen = self.schedule.generations[self.schedule.generation(self.epoch)]  # never raises (a known-by-fingerprint index too)
+        drawn = self.num_samples_at(self.epoch) if gen.index is not None else self._num_samples_given
+        return (f"WeightedSampler(n={gen.samples}, num_samples={drawn}, mode={self.mode!r}, "
                 f"replacement={self.replacement}, seed={self.seed}, rank={self.rank}/{self.world_size}, epoch={self.epoch})")
 
 

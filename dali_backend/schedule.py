@@ -179,7 +179,7 @@ class DataSchedule:
 
     def use_index(self, index: SampleIndex, from_epoch: int) -> None:
         """Draw from ``index`` from ``from_epoch`` on (replacing what was scheduled at that very epoch)."""
-        before = self.generations[self.generation(from_epoch)]
+        before = self.generations[self.generation(max(from_epoch - 1, 0))]  # the index it follows
         if before.index is not None:
             old = before.index.classes
             if tuple(index.classes[:len(old)]) != tuple(old):
