@@ -71,10 +71,14 @@ def _check_index_flags(args) -> str:
     return how
 
 
+DEFAULT_VERIFY, DEFAULT_MAX_PIXELS = "header", 100_000_000  # the flags' defaults (None: not given)
+
+
 def _index_from_args(args, how: str):
     from .index import SampleIndex
 
-    common = {"verify": args.verify, "max_pixels": args.max_pixels, "workers": args.workers}
+    common = {"verify": args.verify or DEFAULT_VERIFY, "max_pixels": args.max_pixels or DEFAULT_MAX_PIXELS,
+              "workers": args.workers}
     if how == "manifest":
         return SampleIndex.from_manifest(args.manifest, root=args.root, split=args.split, classes=args.classes,
                                          path_column=args.path_column, label_column=args.label_column,
@@ -86,9 +90,55 @@ def _index_from_args(args, how: str):
                                    allow_outside_symlinks=args.allow_outside_symlinks, **common)
 
 
+# Flags that say how to build an index: an update takes them from the index (its recorded source).
+_BUILD_FLAGS = (*_INDEX_ONLY_FOR, ("manifest", "--manifest", ()), ("keywords", "--keywords", ()),
+                ("keyword_rules", "--keyword-rules", ()), ("verify", "--verify", ()), ("max_pixels", "--max-pixels", ()))
+
+
+def _update_index(args) -> int:
+    """``index --update INDEX``: walk the index's root again and re-check only what changed."""
+    from .errors import ConfigError
+    from .index import INDEX_CLI_FLAGS, SampleIndex, command_line
+    from .index.update import update_index
+
+    given = [flag for attr, flag, _ in _BUILD_FLAGS if getattr(args, attr) not in (None, False)]
+    if given:
+        raise ConfigError(f"{', '.join(given)} cannot be combined with --update: the index records how it was built "
+                          f"and is updated the same way; drop {'it' if len(given) == 1 else 'them'}, or build a new "
+                          "index with them: dali-backend index ROOT --out NEW.npz ...")
+    out = args.out or args.update
+    report = Path(str(out) + ".rejected.csv")
+    check_output_path(report, "rejected-files report")
+    t0 = time.perf_counter()
+    with command_line(INDEX_CLI_FLAGS):
+        old = SampleIndex.load(args.update, root=args.root, check="none")  # changed files are what an update is for
+        index, what = update_index(old, workers=args.workers)
+    log.debug("index updated in %.2f s", time.perf_counter() - t0)
+    index.save(out)
+    print(_shown(f"index of {len(index)} files written to {out} ({what})"))
+    _write_rejected(index, report)
+    return 0
+
+
+def _write_rejected(index, report: Path) -> None:
+    if index.rejected or index.ignored_files:
+        write_atomic(report, lambda f: f.write(_rejected_csv(index.rejected, index.ignored_files)),
+                     "rejected-files report")
+        listed = " and ".join(f"{n} {what} file{'s' if n != 1 else ''}" for n, what in
+                              ((len(index.rejected), "rejected"), (len(index.ignored_files), "ignored")) if n)
+        print(_shown(f"{listed} listed in {report}"))
+
+
 def cmd_index(args) -> int:
+    from .errors import ConfigError
     from .index import INDEX_CLI_FLAGS, command_line
 
+    if args.update is not None:
+        return _update_index(args)
+    if args.root is None or args.out is None:
+        missing = " and ".join(x for x, v in (("ROOT", args.root), ("--out OUT", args.out)) if v is None)
+        raise ConfigError(f"index needs {missing}: dali-backend index ROOT --out index.npz (or --update INDEX to "
+                          "update an index)")
     how = _check_index_flags(args)
     report = Path(str(args.out) + ".rejected.csv")
     check_output_path(report, "rejected-files report")  # --out itself was checked by output_file
@@ -99,12 +149,7 @@ def cmd_index(args) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     index.save(args.out)
     print(_shown(f"index of {len(index)} files written to {args.out}"))
-    if index.rejected or index.ignored_files:
-        write_atomic(report, lambda f: f.write(_rejected_csv(index.rejected, index.ignored_files)),
-                     "rejected-files report")
-        listed = " and ".join(f"{n} {what} file{'s' if n != 1 else ''}" for n, what in
-                              ((len(index.rejected), "rejected"), (len(index.ignored_files), "ignored")) if n)
-        print(_shown(f"{listed} listed in {report}"))
+    _write_rejected(index, report)
     return 0
 
 
@@ -373,10 +418,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "names (default rules: ok/normal/good -> normal, scratch/scr -> scratch, dent/pit -> dent; "
                    "--keyword-rules replaces them). An ASCII keyword matches a whole word; any other keyword (e.g. "
                    "划痕) matches inside a name. Errors name these flags; rejected and ignored files are listed in "
-                   "OUT.rejected.csv.")
-    i.add_argument("root", type=existing_dir, metavar="ROOT",
-                   help="data root (ROOT/<class>/**/*.jpg, or the folder the manifest's paths are relative to)")
-    i.add_argument("--out", type=output_file, required=True, help="index file to write (.npz)")
+                   "OUT.rejected.csv. --update INDEX walks the index's root again as it was built and reads only new "
+                   "and changed files (samples still present keep their order, new ones are appended).")
+    i.add_argument("root", type=existing_dir, metavar="ROOT", nargs="?",
+                   help="data root (ROOT/<class>/**/*.jpg, or the folder the manifest's paths are relative to); with "
+                        "--update, only if the data moved since indexing")
+    i.add_argument("--out", type=output_file, help="index file to write (.npz); with --update, default INDEX itself")
+    i.add_argument("--update", type=index_file, metavar="INDEX",
+                   help="update this index file: re-walk its root, read only new and changed files, drop removed ones")
     i.add_argument("--split", help="split folder (ROOT/<split>/<class>/...) or value of the manifest's split column")
     i.add_argument("--classes", type=class_list, metavar="NAMES",
                    help="class names in id order, comma-separated (or a JSON list); class folders or manifest labels "
@@ -392,10 +441,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "e.g. '{\"scratch\": [\"scratch\", \"划痕\"]}'")
     i.add_argument("--allow-outside-symlinks", action="store_true",
                    help="follow symlinks that leave ROOT (refused by default; not with --manifest)")
-    i.add_argument("--verify", default="header", choices=["header", "decode", "none"],
+    i.add_argument("--verify", choices=["header", "decode", "none"],
                    help="header: check markers and sizes (default); decode: also decode every file; none: trust them")
-    i.add_argument("--max-pixels", type=positive_int, default=100_000_000,
-                   help="refuse files whose frame declares more pixels (default 100000000)")
+    i.add_argument("--max-pixels", type=positive_int,
+                   help=f"refuse files whose frame declares more pixels (default {DEFAULT_MAX_PIXELS})")
     i.add_argument("--workers", type=positive_int, default=8, help="threads reading file headers (default 8)")
 
     s = add("split", cmd_split, "split an index into train/val, stable as the data grows")

@@ -9,6 +9,20 @@ Resumption follows torchdata's ``StatefulDataLoader`` convention: ``state_dict()
 and the batches yielded so far; after ``load_state_dict(sd)`` the next iteration of that epoch yields
 exactly the remaining batches (any ``num_workers``, either backend). ``set_epoch`` with the same
 epoch keeps the pending resumption, another epoch cancels it.
+
+Elastic resumption (a :class:`~dali_backend.sampler.WeightedSampler` state loaded by a loader whose
+sampler has another world size or rank): in data-parallel training every rank yields its k-th batch
+together (one optimiser step is one batch on every rank), and rank ``r`` of ``W`` holds the global
+draw's positions ``r, r + W, r + 2W, ...`` (:func:`~dali_backend.sampler.rank_slice`), so after ``k``
+batches of ``B`` on every rank exactly the global positions ``[0, k * B * W)`` were delivered: a
+prefix. The state records that prefix (``global.consumed``), so one rank's state is enough; the
+resuming loader deals the rest of the epoch's global draw out over its own ranks
+(:func:`~dali_backend.sampler.remainder_slice`) and the epoch after it is a normal epoch. The
+assumption (every rank at the same batch when the state was taken) is what data-parallel training
+does; it cannot be checked from one rank's state, and a state taken on one rank only while the others
+ran ahead or behind would repeat or skip their extra batches. What can be checked is: the state's
+numbers agree with each other and with this partition, and the old rank's plan (its digest) is the one
+this sampler computes for it.
 """
 
 from __future__ import annotations
@@ -21,20 +35,29 @@ import numpy as np
 import torch
 
 from .errors import ConfigError
-from .sampler import check_epoch
+from .sampler import WeightedSampler, check_epoch, remainder_slice
 
 log = logging.getLogger("dali_backend")
 STATE_VERSION = 2
 STATE_KEYS = ("version", "epoch", "batches_done", "batches_per_epoch", "batch_size", "index_fingerprint", "sampler")
 
 
-def sampler_identity(sampler, dataset) -> dict:
-    """What must not change between saving and resuming: the draw and the augmentation seed."""
-    ident = {"type": type(sampler).__name__, "len": len(sampler), "augment_seed": int(getattr(dataset, "seed", 0))}
+def sampler_identity(sampler, dataset, epoch: int | None = None) -> dict:
+    """What must not change between saving and resuming: the draw and the augmentation seed (a
+    :class:`WeightedSampler`'s length and draws per epoch are those of ``epoch``, default its own)."""
+    weighted = isinstance(sampler, WeightedSampler) and epoch is not None
+    ident = {"type": type(sampler).__name__, "len": sampler.rank_len(sampler.num_samples_at(epoch)) if weighted
+             else len(sampler), "augment_seed": int(getattr(dataset, "seed", 0))}
     for name in ("seed", "mode", "num_samples", "replacement", "rank", "world_size", "drop_last"):
-        if hasattr(sampler, name) and isinstance(getattr(sampler, name), (bool, int, str)):
+        if weighted and name == "num_samples":
+            ident[name] = sampler.num_samples_at(epoch)
+        elif hasattr(sampler, name) and isinstance(getattr(sampler, name), (bool, int, str)):
             ident[name] = getattr(sampler, name)
     return ident
+
+
+# What differs legitimately when a state is resumed on another number of ranks (elastic resumption)
+PARTITION_KEYS = ("rank", "world_size", "len")
 
 
 @dataclass
@@ -59,8 +82,11 @@ class EpochLoaderMixin:
 
     epoch: int = 0
     _resume: tuple[int, int, str | None] | None = None  # (epoch, batches already yielded, plan digest)
+    _elastic: tuple[int, int] | None = None  # (epoch, global draws consumed): the pass deals out the rest
     _batches_done: int = 0
     _progress_epoch: int | None = None  # the epoch _batches_done counts
+    _pass_offset: int = 0  # where the global draw of the pass _batches_done counts starts (elastic: > 0)
+    _pass_num_samples: int | None = None  # global draws (before padding) of the running pass's epoch
     _plan_digest: tuple[int, str] | None = None  # (epoch, digest of the running pass's plan)
     _resume_digest: str | None = None
     _stats: EpochStats | None = None
@@ -73,6 +99,8 @@ class EpochLoaderMixin:
         self.dataset.set_epoch(self.epoch)
         if self._resume is not None and self._resume[0] != self.epoch:
             self._resume = None
+        if self._elastic is not None and self._elastic[0] != self.epoch:
+            self._elastic = None
 
     def __len__(self) -> int:
         n = len(self.sampler)
@@ -82,28 +110,43 @@ class EpochLoaderMixin:
     def _sampler_epoch(self) -> int:
         return int(getattr(self.sampler, "epoch", self.epoch))
 
+    def _pending_offset(self, epoch: int) -> int:
+        """Global draws of ``epoch`` an elastic resumption says were consumed (0: a whole or same-world pass)."""
+        return self._elastic[1] if self._elastic is not None and self._elastic[0] == epoch else 0
+
     def _begin_epoch(self, draws: int | None = None) -> int:
         """Start accounting an epoch of ``draws`` planned draws (default ``len(sampler)``; the plan's own
         count wins, so a sampler whose ``len()`` is wrong cannot skew the accounting); returns the first
-        batch to produce (non-zero when resuming)."""
+        batch to produce (non-zero when resuming).
+
+        After an elastic resumption the plan is this rank's share of the draws left; the draws
+        consumed before it count as ``resumed`` on the rank their position falls to under this
+        world's partition (positions ``p < consumed`` with ``p % world_size == rank``), so the ranks'
+        ``resumed`` add up to the consumed draws and each rank's accounting still closes."""
         epoch = self._sampler_epoch()
         start, self._resume_digest = 0, None
         if self._resume is not None and self._resume[0] == epoch:
             start, self._resume_digest = self._resume[1], self._resume[2]
-        self._resume = None
+        offset = self._pending_offset(epoch)
+        self._resume, self._elastic = None, None
         draws = len(self.sampler) if draws is None else int(draws)
         used = draws // self.batch_size * self.batch_size if self.drop_last else draws
-        self._stats = EpochStats(epoch, draws, dropped=draws - used, resumed=min(start * self.batch_size, used))
-        self._batches_done, self._progress_epoch = start, epoch
+        if offset:
+            rank, world = self.sampler.rank, self.sampler.world_size
+            before = max(0, -(-(offset - rank) // world))
+            self._stats = EpochStats(epoch, draws + before, dropped=draws - used, resumed=before)
+        else:
+            self._stats = EpochStats(epoch, draws, dropped=draws - used, resumed=min(start * self.batch_size, used))
+        self._batches_done, self._progress_epoch, self._pass_offset = start, epoch, offset
+        weighted = isinstance(self.sampler, WeightedSampler)
+        self._pass_num_samples = self.sampler.num_samples_at(epoch) if weighted else None
         return start
 
     def _account(self, planned: np.ndarray, served: np.ndarray, positions: np.ndarray) -> None:
         """Count one yielded batch: planned and served sample indices and draw positions."""
         st = self._stats
-        from .sampler import WeightedSampler
-
         # only WeightedSampler pads (its positions >= num_samples); others' num_samples mean something else
-        num_samples = self.sampler.num_samples if isinstance(self.sampler, WeightedSampler) else None
+        num_samples = self._pass_num_samples
         skipped = served != planned
         padded = (positions >= num_samples) & ~skipped if num_samples is not None else np.zeros_like(skipped)
         st.skipped += int(skipped.sum())
@@ -141,6 +184,27 @@ class EpochLoaderMixin:
         return d
 
     # ------------------------------------------------------------------ resumption
+    def _index_at(self, epoch: int):
+        """The index ``epoch`` draws from (a WeightedSampler's schedule; else the dataset's)."""
+        if isinstance(self.sampler, WeightedSampler):
+            return self.sampler.index_at(epoch)
+        return self.dataset.index
+
+    def _pass_batches(self, num_samples: int, offset: int, world_size: int, drop_last: bool) -> int:
+        """Batches a rank's pass has from global position ``offset`` on, with ``world_size`` ranks."""
+        per_rank = self.sampler.rank_len(max(num_samples - offset, 0), world_size)
+        return per_rank // self.batch_size if drop_last else -(-per_rank // self.batch_size)
+
+    def _global_state(self, epoch: int, offset: int, done: int) -> dict:
+        """The ``global`` part of a WeightedSampler state: where the pass began in the global draw, the
+        global draws consumed (a prefix, assuming every rank at the same batch) and this partition."""
+        s = self.sampler
+        n, world = s.num_samples_at(epoch), s.world_size
+        complete = done >= self._pass_batches(n, offset, world, self.drop_last)
+        consumed = n if complete else min(offset + done * self.batch_size * world, n)
+        return {"offset": offset, "consumed": consumed, "rank": s.rank, "world_size": world, "num_samples": n,
+                "drop_last": self.drop_last}
+
     def state_dict(self) -> dict:
         """Where this loader stands: the selected epoch and the batches of it already yielded.
 
@@ -150,22 +214,35 @@ class EpochLoaderMixin:
         A pending resumption not yet iterated is kept as it is. ``plan`` is a digest of the pass's
         draws: resuming checks the sampler plans the same ones (a random sampler that does not repeat
         its order is refused rather than silently resumed wrong).
+
+        With a :class:`WeightedSampler` the state also holds ``global`` (the global draws of the epoch
+        consumed by all ranks together, for a resumption on another number of ranks: see the module
+        docstring) and ``data`` (the scheduled data changes: indexes by fingerprint, excluded files
+        by path). All of it is JSON.
         """
         epoch = self._sampler_epoch()
-        digest = None
-        if self._resume is not None and self._resume[0] == epoch:
+        digest, offset = None, 0
+        if self._elastic is not None and self._elastic[0] == epoch:
+            done, offset = 0, self._elastic[1]
+        elif self._resume is not None and self._resume[0] == epoch:
             done, digest = self._resume[1], self._resume[2]
         else:
             done = self._batches_done if self._progress_epoch == epoch else 0
+            offset = self._pass_offset if self._progress_epoch == epoch else 0
             if done and self._plan_digest is not None and self._plan_digest[0] == epoch:
                 digest = self._plan_digest[1]
-        return {"version": STATE_VERSION, "epoch": epoch, "batches_done": done, "batches_per_epoch": len(self),
-                "batch_size": self.batch_size, "index_fingerprint": self.dataset.index.fingerprint,
-                "sampler": sampler_identity(self.sampler, self.dataset), "plan": digest}
+        state = {"version": STATE_VERSION, "epoch": epoch, "batches_done": done, "batches_per_epoch": len(self),
+                 "batch_size": self.batch_size, "index_fingerprint": self._index_at(epoch).fingerprint,
+                 "sampler": sampler_identity(self.sampler, self.dataset, epoch if isinstance(self.sampler, WeightedSampler) else None),
+                 "plan": digest}
+        if isinstance(self.sampler, WeightedSampler):
+            state["global"] = self._global_state(epoch, offset, done)
+            state["data"] = self.sampler.schedule.state()
+        return state
 
     def _check_resumable(self, epoch: int, plan: np.ndarray) -> None:
         """Record this pass's plan; when it resumes a saved state, the plan must be the saved one."""
-        digest = hashlib.blake2b(np.ascontiguousarray(plan[:, :3]).tobytes(), digest_size=16).hexdigest()
+        digest = plan_digest(plan)
         self._plan_digest = (epoch, digest)
         if self._resume_digest is not None and self._resume_digest != digest:
             saved = self._resume_digest
@@ -175,12 +252,24 @@ class EpochLoaderMixin:
                               "samples. Resume with a WeightedSampler (a pure function of seed and epoch) or a "
                               "sampler that yields the same order again")
 
+    def _known_indexes(self) -> list:
+        """Indexes this loader holds (for matching a loaded schedule's fingerprints)."""
+        known = [g.index for g in self.sampler.schedule.generations] + [self.dataset.index]
+        return known + [d.index for d in getattr(self, "_datasets", {}).values()]
+
     def load_state_dict(self, state: dict) -> None:
         """Resume: the next iteration of ``state["epoch"]`` yields only the batches not yet yielded.
 
         Refuses (:class:`ConfigError`) a state of another format, with missing keys or values out of
         range, or saved with another index, batch size, sampler (type, seed, length, rank...) or
         augmentation seed: resuming it would silently repeat or skip samples.
+
+        A :class:`WeightedSampler` state may be loaded by a loader whose sampler has another world
+        size or rank (an elastic resumption): the draws of the epoch not yet consumed by the old
+        ranks together are dealt out over the new ones, each exactly once (padding aside); only the
+        rank and world size may differ, and the state of any one old rank will do (see the module
+        docstring for what is assumed and checked). The state's data schedule (``exclude`` /
+        ``update_index``) replaces this loader's.
         """
         if not isinstance(state, dict):
             raise ConfigError(f"load_state_dict: expected the dict state_dict() returned, got {type(state).__name__}")
@@ -190,29 +279,114 @@ class EpochLoaderMixin:
         missing = [k for k in STATE_KEYS if k not in state]
         if missing:
             raise ConfigError(f"load_state_dict: the state lacks {missing}; pass the dict state_dict() returned, whole")
-        if state["index_fingerprint"] != self.dataset.index.fingerprint:
-            raise ConfigError("load_state_dict: the state was saved with another sample index (fingerprints differ); "
-                              "resume with the same index file")
-        if state["batch_size"] != self.batch_size or state["batches_per_epoch"] != len(self):
-            raise ConfigError(f"load_state_dict: saved with batch_size={state['batch_size']} and "
-                              f"{state['batches_per_epoch']} batches per epoch; this loader has {self.batch_size} and "
-                              f"{len(self)}. Use the same batch_size, sampler and drop_last")
-        mine = sampler_identity(self.sampler, self.dataset)
-        theirs = state["sampler"] if isinstance(state["sampler"], dict) else {}
-        differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-        if differ:
-            shown = ", ".join(f"{k} {theirs.get(k)!r} -> {mine.get(k)!r}" for k in differ)
-            raise ConfigError(f"load_state_dict: the sampler or augmentation differs from the saved one ({shown}); "
-                              "resume with the same sampler arguments and dataset seed")
-        epoch, done = state["epoch"], state["batches_done"]
+        epoch = state["epoch"]
         if not isinstance(epoch, (int, np.integer)) or isinstance(epoch, bool) or epoch < 0:
             raise ConfigError(f"load_state_dict: epoch={epoch!r}; must be a non-negative integer")
-        if not isinstance(done, (int, np.integer)) or isinstance(done, bool) or not 0 <= done <= len(self):
-            raise ConfigError(f"load_state_dict: batches_done={done!r}; must lie in [0, {len(self)}] "
+        weighted = isinstance(self.sampler, WeightedSampler)
+        snap = self.sampler.schedule.snapshot() if weighted else None
+        try:
+            if weighted and "data" in state:
+                self.sampler.schedule.load(state["data"], self._known_indexes())
+            self._load_checked(state, int(epoch), weighted)
+        except Exception:
+            if snap is not None:
+                self.sampler.schedule.restore(snap)
+            raise
+
+    def _load_checked(self, state: dict, epoch: int, weighted: bool) -> None:
+        try:
+            index = self._index_at(epoch)
+        except ConfigError as e:
+            raise ConfigError(f"load_state_dict: the state was saved with another sample index: {e}") from None
+        if state["index_fingerprint"] != index.fingerprint:
+            raise ConfigError("load_state_dict: the state was saved with another sample index (fingerprints differ); "
+                              "resume with the same index file")
+        glob = state.get("global")
+        if weighted and isinstance(glob, dict) and (glob.get("offset") or glob.get("rank") != self.sampler.rank
+                                                    or glob.get("world_size") != self.sampler.world_size):
+            return self._load_elastic(state, epoch, glob)
+        if state["batch_size"] != self.batch_size or state["batches_per_epoch"] != self._len_at(epoch):
+            raise ConfigError(f"load_state_dict: saved with batch_size={state['batch_size']} and "
+                              f"{state['batches_per_epoch']} batches per epoch; this loader has {self.batch_size} and "
+                              f"{self._len_at(epoch)}. Use the same batch_size, sampler and drop_last")
+        self._check_identity(state, epoch, ())
+        done = state["batches_done"]
+        if not isinstance(done, (int, np.integer)) or isinstance(done, bool) or not 0 <= done <= self._len_at(epoch):
+            raise ConfigError(f"load_state_dict: batches_done={done!r}; must lie in [0, {self._len_at(epoch)}] "
                               "(the batches per epoch)")
         plan = state.get("plan")
         if plan is not None and not isinstance(plan, str):
             raise ConfigError(f"load_state_dict: plan={plan!r}; must be the digest string state_dict() wrote")
-        self.set_epoch(int(epoch))
-        self._resume = (int(epoch), int(done), plan)
-        self._batches_done, self._progress_epoch = int(done), int(epoch)
+        self.set_epoch(epoch)
+        self._resume = (epoch, int(done), plan)
+        self._batches_done, self._progress_epoch, self._pass_offset = int(done), epoch, 0
+
+    def _len_at(self, epoch: int) -> int:
+        """``len(self)`` at ``epoch`` (a WeightedSampler's length follows the data schedule)."""
+        if not isinstance(self.sampler, WeightedSampler):
+            return len(self)
+        n = self.sampler.rank_len(self.sampler.num_samples_at(epoch))
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def _check_identity(self, state: dict, epoch: int, ignore: tuple[str, ...]) -> None:
+        weighted = isinstance(self.sampler, WeightedSampler)
+        mine = sampler_identity(self.sampler, self.dataset, epoch if weighted else None)
+        theirs = state["sampler"] if isinstance(state["sampler"], dict) else {}
+        differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k) and k not in ignore)
+        if differ:
+            shown = ", ".join(f"{k} {theirs.get(k)!r} -> {mine.get(k)!r}" for k in differ)
+            raise ConfigError(f"load_state_dict: the sampler or augmentation differs from the saved one ({shown}); "
+                              "resume with the same sampler arguments and dataset seed")
+
+    def _load_elastic(self, state: dict, epoch: int, glob: dict) -> None:
+        """Resume ``epoch`` on this loader's ranks from a state saved with another partition."""
+        s = self.sampler
+        if state["batch_size"] != self.batch_size:
+            raise ConfigError(f"load_state_dict: saved with batch_size={state['batch_size']}; this loader has "
+                              f"{self.batch_size}. Resuming on another number of ranks keeps the batch size per "
+                              "rank: use the same batch_size")
+        self._check_identity(state, epoch, PARTITION_KEYS)
+        fields = ("offset", "consumed", "rank", "world_size", "num_samples", "drop_last")
+        bad = [k for k in fields if not isinstance(glob.get(k), (int, np.integer)) or
+               (isinstance(glob.get(k), bool) and k != "drop_last")]
+        if bad:
+            raise ConfigError(f"load_state_dict: the state's 'global' lacks or mangles {bad}; pass the dict "
+                              "state_dict() returned, whole")
+        n, world, rank = s.num_samples_at(epoch), int(glob["world_size"]), int(glob["rank"])
+        offset, consumed, done = int(glob["offset"]), int(glob["consumed"]), state["batches_done"]
+        if glob["num_samples"] != n or world < 1 or not 0 <= rank < world or not 0 <= offset <= n:
+            raise ConfigError(f"load_state_dict: the state's partition (rank {rank} of {world}, offset {offset}, "
+                              f"{glob['num_samples']} draws) does not fit epoch {epoch}'s {n} draws; pass the dict "
+                              "state_dict() returned, whole")
+        old_drop = bool(glob["drop_last"])
+        batches = self._pass_batches(n, offset, world, old_drop)
+        if not isinstance(done, (int, np.integer)) or isinstance(done, bool) or not 0 <= done <= batches:
+            raise ConfigError(f"load_state_dict: batches_done={done!r}; must lie in [0, {batches}] (the batches of "
+                              f"rank {rank} of {world} in that pass)")
+        want = n if done >= batches else min(offset + done * self.batch_size * world, n)
+        if consumed != want:
+            raise ConfigError(f"load_state_dict: the state says {consumed} global draws consumed, but {done} batches "
+                              f"of {self.batch_size} on each of {world} ranks from position {offset} make {want}; "
+                              "the state was edited or written by another partition rule")
+        plan = state.get("plan")
+        if plan is not None:
+            if not isinstance(plan, str):
+                raise ConfigError(f"load_state_dict: plan={plan!r}; must be the digest string state_dict() wrote")
+            idx, pos = remainder_slice(s.global_draw(epoch), offset, rank, world, s.drop_last)
+            rows = np.stack([idx, np.full_like(idx, epoch), pos], axis=1)
+            if old_drop:
+                rows = rows[:len(rows) // self.batch_size * self.batch_size]
+            if plan_digest(rows) != plan:
+                raise ConfigError(f"load_state_dict: this sampler plans another order for rank {rank} of {world} in "
+                                  f"epoch {epoch} than the one the state was saved from (plan {plan[:8]}... now "
+                                  f"{plan_digest(rows)[:8]}...); resuming would repeat or skip samples. Use the "
+                                  "same sampler arguments, index and data changes")
+        self.set_epoch(epoch)
+        self._resume, self._elastic = None, (epoch, consumed)
+        self._batches_done, self._progress_epoch, self._pass_offset = 0, epoch, consumed
+
+
+def plan_digest(plan: np.ndarray) -> str:
+    """Digest of a pass's planned draws (their index, epoch and position columns)."""
+    return hashlib.blake2b(np.ascontiguousarray(np.asarray(plan, dtype=np.int64)[:, :3]).tobytes(),
+                           digest_size=16).hexdigest()

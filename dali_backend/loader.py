@@ -30,7 +30,7 @@ from .dali.runner import _DaliRunner
 from .epochs import EpochLoaderMixin
 from .errors import ConfigError, ExecutorFailed, LoaderClosedError, StaleIteratorError
 from .reading import check_on_error
-from .sampler import WeightedSampler, default_sampler, default_seed, plan_epoch
+from .sampler import WeightedSampler, check_epoch, default_sampler, default_seed, plan_epoch
 from .telemetry import LoaderTelemetry, format_line, verdict
 from .tensors import apply_batch_ops, batch_params, normalize, release_pooled_outputs
 
@@ -173,20 +173,26 @@ class DaliLoader(EpochLoaderMixin):
         if not dali:
             from ._own import own
 
-            self._executor = own("fallback.executor").TorchExecutor(
-                dataset, self.batch_size, self.on_error, num_workers=self.num_workers, pin_memory=pin_memory,
-                timeout=timeout, worker_init_fn=worker_init_fn, prefetch_factor=prefetch_factor,
-                persistent_workers=persistent_workers, multiprocessing_context=context, pin_memory_device=pin_memory_device,
-                with_params=self.return_meta, timed=bool(telemetry))
+            def make_executor(ds) -> Executor:
+                return own("fallback.executor").TorchExecutor(
+                    ds, self.batch_size, self.on_error, num_workers=self.num_workers, pin_memory=pin_memory,
+                    timeout=timeout, worker_init_fn=worker_init_fn, prefetch_factor=prefetch_factor,
+                    persistent_workers=persistent_workers, multiprocessing_context=context,
+                    pin_memory_device=pin_memory_device, with_params=self.return_meta, timed=bool(telemetry))
         else:
             if py_start_method is None and context_method in ("fork", "spawn"):
                 py_start_method = context_method
             if prefetch_factor is not None and prefetch_queue_depth == 2:
                 prefetch_queue_depth = prefetch_factor
-            # workers start now, before the user's CUDA work
-            self._executor = _DaliExecutor(dataset, self.on_error, (
-                dataset, self.batch_size, self.backend, device_id, self.num_workers, prefetch_queue_depth,
-                hw_decoder_load, py_start_method, self.on_error, float(timeout), worker_init_fn, self.return_meta))
+
+            def make_executor(ds) -> Executor:
+                return _DaliExecutor(ds, self.on_error, (
+                    ds, self.batch_size, self.backend, device_id, self.num_workers, prefetch_queue_depth,
+                    hw_decoder_load, py_start_method, self.on_error, float(timeout), worker_init_fn, self.return_meta))
+        self._make_executor = make_executor  # again when a data change moves to another index (update_index)
+        self._datasets = {dataset.index.fingerprint: dataset}  # one dataset per index the schedule draws from
+        self._epoch_planned = False  # a pass of the selected epoch was planned (its data can no longer change)
+        self._executor = make_executor(dataset)  # DALI's workers start now, before the user's CUDA work
         self.device = self._executor.device
         self._telemetry = LoaderTelemetry(self.backend, self._executor) if telemetry else None
 
@@ -195,6 +201,101 @@ class DaliLoader(EpochLoaderMixin):
         """Select the epoch of the next pass (forwarded to the sampler's and the dataset's ``set_epoch``)."""
         super().set_epoch(epoch)
         self._epoch_chosen = True
+        self._epoch_planned = False
+
+    # ------------------------------------------------------------------ data changes between epochs
+    def exclude(self, samples, from_epoch: int | None = None) -> int:
+        """Stop drawing ``samples`` from the next epoch on (or from ``from_epoch``); returns that epoch.
+
+        Args:
+            samples: sample positions in the index, or file paths (relative to the index root, or
+                absolute under it): one, or an iterable of them. A file excluded stays excluded in a
+                later index (:meth:`update_index`) that still holds it.
+            from_epoch: the first epoch without them. Default: the epoch after the selected one (the
+                running one mid-epoch, the one just finished between passes). Every rank must make
+                the same change from the same epoch: pass it explicitly in distributed runs.
+
+        Why at an epoch boundary: an epoch's draw is a pure function of (seed, epoch, data
+        schedule), the same on every rank and in a resumed run. A change inside a running epoch
+        would make it depend on when the change was made, which differs between ranks and between
+        a run and its resumption. So the running epoch is never changed; ``len(loader)`` changes at
+        ``from_epoch`` only; a balanced sampler re-balances the classes over the samples left; the
+        change is recorded in :meth:`state_dict` (by path) and replayed by :meth:`load_state_dict`.
+
+        Raises:
+            ConfigError: a sampler other than :class:`WeightedSampler` (the default one is), a
+                ``from_epoch`` whose pass has begun, a sample not in the index, or too few left.
+        """
+        sampler = self._weighted_sampler("exclude")
+        start = self._change_epoch(from_epoch, "exclude")
+        sampler.exclude(samples, from_epoch=start)
+        return start
+
+    def update_index(self, index, from_epoch: int | None = None) -> int:
+        """Draw from ``index`` from the next epoch on (or from ``from_epoch``); returns that epoch.
+
+        ``index`` is typically ``loader.dataset.index.update()``: files added since are appended and
+        can be drawn from then on, removed ones are gone, unchanged ones keep their order. Its classes
+        must start with the current ones (class ids keep their meaning). At that epoch the loader
+        switches to a dataset over ``index`` (the same augmentation, seed and ``on_error``) and starts
+        its workers again (once per index change: DALI's and torch's workers hold the index).
+        The same rules as :meth:`exclude`: from an epoch boundary on, recorded in the state (by the
+        index's fingerprint: a resumed run passes the same index again with this method, before that
+        epoch).
+
+        Raises:
+            ConfigError: as :meth:`exclude`; classes that do not extend the current ones;
+                ``mode="weights"`` (per-sample weights cannot follow another index).
+        """
+        sampler = self._weighted_sampler("update_index")
+        start = self._change_epoch(from_epoch, "update_index")
+        sampler.update_index(index, from_epoch=start)
+        return start
+
+    def _weighted_sampler(self, what: str) -> WeightedSampler:
+        if not isinstance(self.sampler, WeightedSampler):
+            raise ConfigError(f"{what}: needs a WeightedSampler (the loader's default sampler is one), not "
+                              f"{type(self.sampler).__name__}: data changes are part of its pure draw")
+        return self.sampler
+
+    def _change_epoch(self, from_epoch, what: str) -> int:
+        """The first epoch a data change applies to: ``from_epoch``, or the one after the selected epoch;
+        never an epoch a pass has begun (its draws are planned, maybe partly yielded)."""
+        current = self._sampler_epoch()
+        if from_epoch is None:
+            return current + 1
+        start = check_epoch(from_epoch)
+        begun = self._epoch_planned or (self._progress_epoch == current and self._batches_done > 0) or \
+            (self._resume is not None and self._resume[0] == current and self._resume[1] > 0) or \
+            self._pending_offset(current) > 0
+        if start < current or (start == current and begun):
+            raise ConfigError(f"{what}(from_epoch={start}): epoch {current} has begun; a data change takes effect at an "
+                              f"epoch boundary: pass from_epoch={current + 1} or later (or leave it out)")
+        return start
+
+    def _use_dataset_of(self, epoch: int) -> None:
+        """Switch to a dataset over the index ``epoch`` draws from (after an ``update_index``), restarting
+        the executor's workers, which hold the dataset."""
+        if not isinstance(self.sampler, WeightedSampler) or len(self.sampler.schedule.generations) == 1:
+            return
+        index = self.sampler.index_at(epoch)
+        if index.fingerprint == self.dataset.index.fingerprint:
+            return
+        ds = self._datasets.get(index.fingerprint)
+        if ds is None:
+            old = self.dataset
+            ds = type(old)(index, old.spec, seed=old.seed, on_error=old.on_error,
+                           cache=getattr(old.reader, "cache", None) is not None)
+            self._datasets[index.fingerprint] = ds
+        ds.set_epoch(epoch)
+        if self._telemetry is not None:
+            self._telemetry.switch_executor(None)  # the old engine's time, read before it stops
+        self._executor.close()
+        self.dataset = ds
+        self._executor = self._make_executor(ds)
+        if self._telemetry is not None:
+            self._telemetry.switch_executor(self._executor)
+        log.info("DaliLoader: epoch %d draws from another index (%d samples): workers restarted", epoch, len(index))
 
     def _begin_pass(self) -> int:
         """Choose this pass's epoch: the one selected since the last pass, else the next one.
@@ -211,16 +312,25 @@ class DaliLoader(EpochLoaderMixin):
         self._last_pass_epoch = current
         return current[0]
 
-    def _rows(self, epoch: int) -> np.ndarray:
-        """This rank's planned draws of ``epoch`` as ``[n, 4]`` (index, epoch, position, kind), cut by ``drop_last``."""
+    def _rows(self, epoch: int) -> np.ndarray | None:
+        """This rank's planned draws of ``epoch`` as ``[n, 4]`` (index, epoch, position, kind), cut by
+        ``drop_last``; None (nothing can be planned ahead) when ``epoch`` draws from another index than
+        the running executor's, or from one this loader was not given."""
+        if isinstance(self.sampler, WeightedSampler) and self.sampler.schedule.changed:
+            try:
+                if self.sampler.index_at(epoch).fingerprint != self.dataset.index.fingerprint:
+                    return None
+            except ConfigError:
+                return None
         return self._cut(self._plan(epoch))
 
     def _cut(self, rows: np.ndarray) -> np.ndarray:
         return rows[:len(rows) // self.batch_size * self.batch_size] if self.drop_last else rows
 
-    def _plan(self, epoch: int) -> np.ndarray:
-        """All of this rank's draws of ``epoch`` as ``[n, 4]`` rows (before ``drop_last``), checked."""
-        rows = plan_epoch(self.sampler, epoch)
+    def _plan(self, epoch: int, offset: int = 0) -> np.ndarray:
+        """This rank's draws of ``epoch`` (from global position ``offset`` on) as ``[n, 4]`` rows (before
+        ``drop_last``), checked."""
+        rows = plan_epoch(self.sampler, epoch, offset)
         n = len(self.dataset.index)
         if rows.size and (rows[:, 0].min() < 0 or rows[:, 0].max() >= n):
             bad = int(rows[(rows[:, 0] < 0) | (rows[:, 0] >= n), 0][0])
@@ -247,7 +357,10 @@ class DaliLoader(EpochLoaderMixin):
         asked = time.perf_counter()  # the training loop's first next() runs this generator's body
         self._check_current(token)  # an iterator started after a newer one began must not start an epoch
         epoch = self._begin_pass()
-        full = self._plan(epoch)
+        self._use_dataset_of(epoch)
+        offset = self._pending_offset(epoch)
+        full = self._plan(epoch, offset)
+        self._epoch_planned = True
         self._begin_epoch(len(full))
         plan = self._cut(full)
         self._check_resumable(epoch, plan)
@@ -301,7 +414,12 @@ class DaliLoader(EpochLoaderMixin):
         return (images, labels) if meta is None else (images, labels, meta)
 
     def _run(self, epoch: int, rows: np.ndarray):
-        key = (id(self.sampler), epoch, self._batches_done) if isinstance(self.sampler, WeightedSampler) else None
+        # the key names the plan so that batches DALI prepared ahead are used only for that very plan: the
+        # sampler and its data schedule's version (a change since makes them stale); none after an elastic
+        # resumption (a plan of its own)
+        key = None
+        if isinstance(self.sampler, WeightedSampler) and not self._pass_offset:
+            key = ((id(self.sampler), self.sampler.schedule.version), epoch, self._batches_done)
         return self._executor.run(rows, key, self._rows)
 
     # ------------------------------------------------------------------ telemetry

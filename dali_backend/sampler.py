@@ -21,6 +21,7 @@ from torch.utils.data import Sampler
 
 from .errors import ConfigError
 from .index import SampleIndex
+from .schedule import DataSchedule, relative_paths
 
 log = logging.getLogger("dali_backend")
 Mode = Literal["balanced", "uniform", "weights", "sequential"]
@@ -75,15 +76,20 @@ def as_draw(item, epoch: int) -> Draw:
                       "(WeightedSampler); batch samplers go in batch_sampler=, which this library does not take")
 
 
-def plan_epoch(sampler, epoch: int) -> NDArray[np.int64]:
+def plan_epoch(sampler, epoch: int, offset: int = 0) -> NDArray[np.int64]:
     """``[n, 3]`` rows ``(index, epoch, position)`` of this rank's draws in ``epoch``, by :func:`as_draw`.
 
     ``WeightedSampler`` is computed directly (pure); any other sampler is iterated once (select its
-    epoch first, e.g. ``set_epoch``).
+    epoch first, e.g. ``set_epoch``). ``offset`` (``WeightedSampler`` only): plan only the global
+    draws from that position on, split over the sampler's ranks (:func:`remainder_slice`; an elastic
+    resumption).
     """
     if isinstance(sampler, WeightedSampler):
-        idx, pos = sampler.rank_draw(epoch)
+        idx, pos = sampler.rank_draw(epoch, offset=offset)
         return np.stack([idx, np.full_like(idx, epoch), pos], axis=1)
+    if offset:
+        raise ConfigError(f"plan_epoch: offset={offset} needs a WeightedSampler (a pure function of seed and epoch), "
+                          f"not {type(sampler).__name__}")
     rows = [tuple(as_draw(item, epoch)) for item in sampler]
     return np.asarray(rows, dtype=np.int64).reshape(-1, 3)
 
@@ -152,6 +158,28 @@ def rank_slice(global_draw: NDArray[np.int64], rank: int, world_size: int, drop_
     return padded[rank::world_size].astype(np.int64), positions[rank::world_size]
 
 
+def remainder_slice(global_draw: NDArray[np.int64], offset: int, rank: int, world_size: int, drop_last: bool = False
+                    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Rank's share of the global draw's positions from ``offset`` on, padded or trimmed as :func:`rank_slice`.
+
+    The positions ``offset, offset + 1, ...`` are padded to a multiple of ``world_size`` (padding
+    position ``p >= len(global_draw)`` repeats the draw's start: sample ``global_draw[p % n]``, as
+    :func:`rank_slice`) or trimmed (``drop_last``), and dealt out strided: rank ``r`` gets the
+    ``r``-th, ``r + world_size``-th, ... of them. With ``offset=0`` this is :func:`rank_slice`.
+
+    This is how a resumption on another number of ranks splits what is left of an epoch: every rank
+    advancing together through strided shares consumes a prefix of the global draw, so what is left
+    is the draw from some position on.
+    """
+    total = len(global_draw)
+    offset = min(max(int(offset), 0), total)
+    rest = total - offset
+    per_rank = rest // world_size if drop_last else -(-rest // world_size)
+    positions = offset + np.arange(per_rank * world_size, dtype=np.int64)
+    indices = np.asarray(global_draw, dtype=np.int64)[positions % max(total, 1)] if total else positions
+    return indices[rank::world_size].astype(np.int64), positions[rank::world_size]
+
+
 def _dist_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
     if rank is None or world_size is None:
         try:
@@ -170,8 +198,9 @@ class WeightedSampler(Sampler[Draw]):
 
     Args:
         index: the :class:`SampleIndex` to draw from.
-        num_samples: global draws per epoch (default: ``len(index)``); each rank gets
-            ``ceil(num_samples / world_size)`` (or floor with ``drop_last``).
+        num_samples: global draws per epoch (default: ``len(index)``, or the samples left to draw
+            after :meth:`exclude` / :meth:`update_index`); each rank gets ``ceil(num_samples / world_size)``
+            (or floor with ``drop_last``).
         seed: base seed; every rank must pass the same one.
         rank: this process's rank; default from ``torch.distributed`` when initialised, else 0.
         world_size: the number of ranks; default from ``torch.distributed`` when initialised, else 1.
@@ -181,7 +210,8 @@ class WeightedSampler(Sampler[Draw]):
         weights: per-sample weights for ``mode="weights"``.
         drop_last: trim the global draw to a multiple of ``world_size`` instead of padding.
 
-    ``len(sampler)`` is the number of draws this rank yields per epoch, padding included.
+    ``len(sampler)`` is the number of draws this rank yields per epoch, padding included (of the
+    selected epoch: it changes only at the epoch a data change takes effect).
     """
 
     def __init__(self, index: SampleIndex, num_samples: int | None = None, seed: int = 0, rank: int | None = None,
@@ -203,7 +233,8 @@ class WeightedSampler(Sampler[Draw]):
             raise ConfigError(f"WeightedSampler: invalid rank {rank}, rank should be in the interval [0, {world_size - 1}]")
         if replacement is None:
             replacement = mode in ("balanced", "weights")
-        num_samples = n if num_samples is None else int(num_samples)
+        given = None if num_samples is None else int(num_samples)
+        num_samples = n if given is None else given
         if num_samples < 1:
             raise ConfigError(f"WeightedSampler: num_samples={num_samples}; must be >= 1")
         w = None
@@ -228,13 +259,119 @@ class WeightedSampler(Sampler[Draw]):
                                   "drawn without replacement; pass replacement=True or a smaller num_samples")
         if mode == "sequential" and replacement:
             raise ConfigError("WeightedSampler: mode='sequential' cannot draw with replacement")
-        self.index, self.num_samples, self.seed = index, num_samples, int(seed)
+        self.seed, self._num_samples_given = int(seed), given
         self.rank, self.world_size, self.mode, self.replacement = rank, world_size, mode, bool(replacement)
         self.drop_last, self.epoch = drop_last, 0
         self._weights = w
         if w is not None:
             w.flags.writeable = False
+        self.schedule = DataSchedule(index)
 
+    # ------------------------------------------------------------------ what an epoch draws from
+    @property
+    def index(self) -> SampleIndex:
+        """The index the selected epoch draws from (the constructor's until :meth:`update_index`)."""
+        return self.schedule.index_at(self.epoch)
+
+    def index_at(self, epoch: int) -> SampleIndex:
+        """The index ``epoch`` draws from."""
+        return self.schedule.index_at(epoch)
+
+    @property
+    def num_samples(self) -> int:
+        """Global draws per epoch (of the selected epoch)."""
+        return self.num_samples_at(self.epoch)
+
+    def num_samples_at(self, epoch: int) -> int:
+        """Global draws of ``epoch``: ``num_samples`` as given, else the samples it may draw from."""
+        if self._num_samples_given is not None:
+            return self._num_samples_given
+        return self.schedule.at(epoch).available if self.schedule.changed else len(self.schedule.generations[0].index)
+
+    def _epoch_weights(self, data) -> NDArray[np.float64] | None:
+        """Per-sample weights over the drawable samples of an epoch (``data``: its :class:`EpochData`)."""
+        index, active = data.index, data.active
+        if self.mode == "balanced":
+            labels = index.labels if active is None else index.labels[active]
+            return sample_weights(labels, len(index.classes))
+        if self.mode == "weights":
+            return self._weights if active is None else self._weights[active]
+        return None
+
+    def _check_epoch_data(self, epoch: int, what: str) -> None:
+        """A ConfigError if ``epoch``'s samples cannot give ``num_samples`` draws (checked when scheduling)."""
+        data = self.schedule.at(epoch)
+        available = data.available
+        if available == 0:
+            raise ConfigError(f"{what}: from epoch {epoch} no sample would be left to draw; exclude fewer samples")
+        w = self._epoch_weights(data)
+        drawable = available if w is None else int(np.count_nonzero(w))
+        if drawable == 0:
+            raise ConfigError(f"{what}: from epoch {epoch} every sample left has weight 0; exclude fewer samples")
+        k = self.num_samples_at(epoch)
+        if not self.replacement and k > drawable:
+            raise ConfigError(f"{what}: num_samples={k} exceeds the {drawable} samples left to draw without "
+                              f"replacement from epoch {epoch}; exclude fewer samples, or build the sampler with "
+                              "num_samples=None (follows the samples left) or replacement=True")
+
+    # ------------------------------------------------------------------ data changes
+    def exclude(self, samples, from_epoch: int | None = None) -> None:
+        """Never draw ``samples`` from epoch ``from_epoch`` on (default: the next epoch).
+
+        Args:
+            samples: positions in the index of that epoch, or file paths (relative to its root, or
+                absolute under it); one or an iterable of them.
+            from_epoch: first epoch without them (default ``self.epoch + 1``). Every rank must
+                schedule the same change from the same epoch; pass it explicitly in distributed runs.
+
+        The draw of an epoch is a pure function of (seed, epoch, the schedule): a balanced sampler
+        re-balances the classes over the samples left, ``num_samples=None`` follows their count, and
+        ``len(sampler)`` changes at ``from_epoch`` only. Excluded files are recorded by path, so they
+        stay excluded after :meth:`update_index`.
+
+        Raises:
+            ConfigError: a sample not in the index, or too few samples left to draw.
+        """
+        from_epoch = self.epoch + 1 if from_epoch is None else check_epoch(from_epoch)
+        paths = relative_paths(self.schedule.index_at(from_epoch), samples, "exclude")
+        snap = self.schedule.snapshot()
+        self.schedule.exclude(paths, from_epoch)
+        self._validate_schedule(from_epoch, "exclude", snap)
+
+    def update_index(self, index: SampleIndex, from_epoch: int | None = None) -> None:
+        """Draw from ``index`` from epoch ``from_epoch`` on (default: the next epoch).
+
+        ``index`` is typically ``old.update()`` (new files appended, removed ones gone; unchanged
+        files keep their relative order). Its classes must start with the current ones (class ids
+        keep their meaning). Exclusions stay in force by path. ``mode="weights"`` cannot follow a
+        new index (its weights are per sample of the old one): build a new sampler instead.
+
+        Raises:
+            ConfigError: not a ``SampleIndex``, classes that do not extend the current ones, ``mode="weights"``.
+        """
+        if not isinstance(index, SampleIndex):
+            raise ConfigError(f"update_index: index must be a SampleIndex, got {type(index).__name__}")
+        if self.mode == "weights" and index.fingerprint != self.schedule.generations[0].fingerprint:
+            raise ConfigError("update_index: a sampler with mode='weights' has one weight per sample of its index and "
+                              "cannot follow another index; build a new WeightedSampler(index, mode='weights', "
+                              "weights=...) for it")
+        if len(index) == 0:
+            raise ConfigError("update_index: the index is empty; check index.rejected and the data root")
+        from_epoch = self.epoch + 1 if from_epoch is None else check_epoch(from_epoch)
+        snap = self.schedule.snapshot()
+        self.schedule.use_index(index, from_epoch)
+        self._validate_schedule(from_epoch, "update_index", snap)
+
+    def _validate_schedule(self, from_epoch: int, what: str, snap) -> None:
+        try:
+            for epoch in self.schedule.change_points():
+                if epoch >= from_epoch and self.schedule.generations[self.schedule.generation(epoch)].index is not None:
+                    self._check_epoch_data(epoch, what)
+        except ConfigError:
+            self.schedule.restore(snap)
+            raise
+
+    # ------------------------------------------------------------------ epochs
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose draw ``__iter__`` yields (as ``DistributedSampler.set_epoch``)."""
         self.epoch = check_epoch(epoch)
@@ -243,10 +380,19 @@ class WeightedSampler(Sampler[Draw]):
     def global_draw(self, epoch: int | None = None) -> NDArray[np.int64]:
         """The epoch's draw for all ranks together, before padding."""
         e = self.epoch if epoch is None else epoch
-        return epoch_draw(len(self.index), self.num_samples, self.seed, e, self.mode, self.replacement, self._weights)
+        if not self.schedule.changed:
+            n = len(self.schedule.generations[0].index)
+            return epoch_draw(n, self.num_samples_at(e), self.seed, e, self.mode, self.replacement, self._weights)
+        data = self.schedule.at(e)
+        draw = epoch_draw(data.available, self.num_samples_at(e), self.seed, e, self.mode, self.replacement,
+                          self._epoch_weights(data))
+        return draw if data.active is None else data.active[draw]
 
-    def rank_draw(self, epoch: int | None = None) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-        """``(indices, positions)`` this rank yields in ``epoch`` (default: the current one)."""
+    def rank_draw(self, epoch: int | None = None, offset: int = 0) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """``(indices, positions)`` this rank yields in ``epoch`` (default: the current one); from
+        global position ``offset`` on (:func:`remainder_slice`) when given."""
+        if offset:
+            return remainder_slice(self.global_draw(epoch), offset, self.rank, self.world_size, self.drop_last)
         return rank_slice(self.global_draw(epoch), self.rank, self.world_size, self.drop_last)
 
     @property
@@ -263,12 +409,17 @@ class WeightedSampler(Sampler[Draw]):
         return iter(self.draws())
 
     def __len__(self) -> int:
-        if self.drop_last:
-            return self.num_samples // self.world_size
-        return math.ceil(self.num_samples / self.world_size)
+        return self.rank_len(self.num_samples)
+
+    def rank_len(self, num_samples: int, world_size: int | None = None) -> int:
+        """Draws a rank yields from ``num_samples`` global draws (padding included) over ``world_size`` ranks."""
+        world = self.world_size if world_size is None else world_size
+        return num_samples // world if self.drop_last else math.ceil(num_samples / world)
 
     def __repr__(self) -> str:
-        return (f"WeightedSampler(n={len(self.index)}, num_samples={self.num_samples}, mode={self.mode!r}, "
+        gen = self.schedule.generations[self.schedule.generation(self.epoch)]  # never raises (a known-by-fingerprint index too)
+        drawn = self.num_samples_at(self.epoch) if gen.index is not None else self._num_samples_given
+        return (f"WeightedSampler(n={gen.samples}, num_samples={drawn}, mode={self.mode!r}, "
                 f"replacement={self.replacement}, seed={self.seed}, rank={self.rank}/{self.world_size}, epoch={self.epoch})")
 
 

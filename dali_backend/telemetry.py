@@ -89,6 +89,7 @@ class LoaderTelemetry:
         self._stage_images = 0
         self._in_flight = 0
         self._engine_cpu0: float | None = None
+        self._engine_used = 0.0  # engine CPU seconds of executors replaced since
         self._hooks: list[list] = []  # [callback, every_s, last call time]
         self._cpu_marks: dict[int, tuple[float, float]] = {}  # pid -> (time.time(), cpu seconds) at the pass's start
         self._pass_epoch_start = time.time()
@@ -135,6 +136,15 @@ class LoaderTelemetry:
                 hook[2] = now
                 hook[0](self.snapshot())
 
+    def switch_executor(self, executor) -> None:
+        """The facade replaced its executor (another index, after ``update_index``): keep the engine time
+        the old one used, measure the new one's from now."""
+        old = self._engine_cpu()
+        if old is not None and self._engine_cpu0 is not None:
+            self._engine_used += old - self._engine_cpu0
+        self.executor = executor
+        self._engine_cpu0 = self._engine_cpu()
+
     def every(self, seconds: float, callback: Callable[[dict], None]) -> None:
         """Call ``callback(metrics)`` after a batch at most every ``seconds`` seconds of wall time."""
         self._hooks.append([callback, float(seconds), time.perf_counter()])
@@ -169,7 +179,7 @@ class LoaderTelemetry:
         stage_s = dict(self._stage_s)
         engine = self._engine_cpu()
         if engine is not None and self._engine_cpu0 is not None:
-            stage_s["decode+augment"] = engine - self._engine_cpu0
+            stage_s["decode+augment"] = self._engine_used + engine - self._engine_cpu0
         for name in STAGES:
             value = stage_s.get(name)
             out[f"stage_ms.{name}"] = 1e3 * value / self._stage_images if value is not None and self._stage_images \

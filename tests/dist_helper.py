@@ -1,4 +1,5 @@
-"""Run by tests/test_reliability.py in 2 spawned processes joined by torch.distributed (gloo)."""
+"""Run by tests/test_reliability.py in 2 spawned processes joined by torch.distributed (gloo), and by
+tests/test_engines.py under two torchrun "nodes" (``--torchrun``)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,25 @@ def run_rank(rank: int, world: int, root: str, out: str, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import torch.distributed as dist
 
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    run(rank, root, out)
+
+
+def run_torchrun(root: str, out: str) -> None:
+    """Under torchrun: rank, world size and the rendezvous from its environment (env://)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    run(dist.get_rank(), root, out, node=int(os.environ["GROUP_RANK"]), local_rank=int(os.environ["LOCAL_RANK"]))
+
+
+def run(rank: int, root: str, out: str, **where) -> None:
+    """Both backends' loaders for this rank; what each yielded to ``out/rank<r>.json``."""
+    import torch.distributed as dist
+
     from dali_backend import AugmentSpec, DaliLoader, SampleIndex, WeightedSampler
     from fallback import ImageDataset
 
-    dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         index = SampleIndex.from_folder(root, progress=False)
         ds = ImageDataset(index, AugmentSpec(size=16), seed=1)
@@ -26,7 +42,7 @@ def run_rank(rank: int, world: int, root: str, out: str, port: int) -> None:
             labels = [y.tolist() for _, y in loader]
             draws = [(d.index, d.position) for d in sampler]
             result[backend] = {"rank": sampler.rank, "world": sampler.world_size, "draws": draws, "labels": labels,
-                               "stats": loader.stats()}
+                               "stats": loader.stats(), **where}
             if hasattr(loader, "close"):
                 loader.close()
         with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
@@ -37,4 +53,7 @@ def run_rank(rank: int, world: int, root: str, out: str, port: int) -> None:
 
 
 if __name__ == "__main__":
-    run_rank(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    if sys.argv[1] == "--torchrun":
+        run_torchrun(sys.argv[2], sys.argv[3])
+    else:
+        run_rank(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]))

@@ -108,7 +108,8 @@ def batches_of(rows: np.ndarray, batch_size: int) -> list[np.ndarray]:
 
 
 def plan_stream(key, rows: np.ndarray, plan_next, batch_size: int):
-    """Batches of this pass, then the next epoch's speculatively (pure samplers only), else padding."""
+    """Batches of this pass, then the next epoch's speculatively (pure samplers only), else padding
+    (``plan_next`` returning None or no rows: nothing to plan ahead)."""
     while True:
         for b, batch in enumerate(batches_of(rows, batch_size)):
             yield key, b, batch
@@ -116,6 +117,8 @@ def plan_stream(key, rows: np.ndarray, plan_next, batch_size: int):
             break
         sid, epoch, _ = key
         key, rows = (sid, epoch + 1, 0), plan_next(epoch + 1)
+        if rows is None or not len(rows):  # nothing to plan ahead (another index next, or an empty epoch)
+            break
     pad = padding_rows(batch_size)
     while True:
         yield "pad", 0, pad

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +15,8 @@ from numpy.typing import NDArray
 from ..errors import ConfigError, IndexBuildError, ManifestError
 from ..jpeg import DEFAULT_MAX_PIXELS, check_jpeg, not_regular_reason
 from ..labelling import KeywordRules
-from ..progress import track
 from .manifest import _path_as_written, _read_manifest
+from .parallel import map_in_chunks
 from .options import JPEG_EXTENSIONS, Verify, _capped, _index_first, _name, _opt
 from .report import _nothing_indexed, _reject_same_file_twice
 from .verify import _decode_check
@@ -196,8 +195,7 @@ def check_candidates(root: Path, cand: _Candidates, classes: Sequence[str], veri
                 return reason, size, mtime, res.width, res.height, identity
         return res.reason, size, mtime, res.width, res.height, identity
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        results = list(track(pool.map(check, cand.paths), total=n, desc="indexing", enabled=progress))
+    results = map_in_chunks(lambda i: check(cand.paths[i]), n, workers, progress, "indexing")  # few futures alive
     reasons = [r[0] for r in results]
     _reject_same_file_twice(cand, classes, reasons, [r[5] for r in results])
     keep = [i for i, r in enumerate(reasons) if r is None]

@@ -22,6 +22,7 @@ from .build import check_candidates, folder_candidates, keyword_candidates, mani
 from .options import FORMAT_NAME, FORMAT_VERSION, Verify, _capped
 from .report import _grouped, _reason_kind, _rejected_digest
 from .store import _check_meta, _damaged, _read_index_arrays, write_atomic
+from .update import check_source, source_of
 from .walk import Rejected, _Candidates, _count
 
 log = logging.getLogger("dali_backend")
@@ -48,16 +49,18 @@ class SampleIndex:
         ignored_files (tuple[Rejected, ...]): every skipped file or folder as ``Rejected(path, reason)``, the
             reason one of those of :attr:`ignored` (empty for an index saved before they were recorded).
         fingerprint (str): SHA-256 over classes, paths, labels, sizes and mtimes.
+        source (dict | None): how the index was built (builder and options), what :meth:`update` walks
+            again; None for an index derived with :meth:`subset` / :meth:`split`.
     """
 
     __slots__ = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected",
-                 "ignored", "ignored_files", "fingerprint", "__weakref__")
+                 "ignored", "ignored_files", "fingerprint", "source", "__weakref__")
 
     def __init__(self, root: str | os.PathLike, paths: StringTable, labels: NDArray[np.int64],
                  classes: Sequence[str], sizes: NDArray[np.int64], mtimes: NDArray[np.int64],
                  widths: NDArray[np.int32], heights: NDArray[np.int32],
                  rejected: Iterable[Rejected] = (), ignored: Mapping[str, int] | None = None,
-                 ignored_files: Iterable[Rejected] = ()):
+                 ignored_files: Iterable[Rejected] = (), source: Mapping | None = None):
         n = len(paths)
         arrays = {"labels": (labels, np.int64), "sizes": (sizes, np.int64), "mtimes": (mtimes, np.int64),
                   "widths": (widths, np.int32), "heights": (heights, np.int32)}
@@ -84,6 +87,7 @@ class SampleIndex:
         sa(self, "ignored", dict(ignored or {}))
         sa(self, "ignored_files", tuple(ignored_files))
         sa(self, "fingerprint", self._compute_fingerprint())
+        sa(self, "source", check_source(source))
 
     def __setattr__(self, name, value):
         raise AttributeError(f"SampleIndex is immutable; cannot set {name!r} (build a new index instead)")
@@ -205,8 +209,10 @@ class SampleIndex:
             IndexBuildError: no folder, a split layout without ``split=``, look-alike class folder
                 names, or no usable JPEG at all (the message says what was found instead).
         """
+        source = source_of("folder", split=split, classes=classes, allow_outside_symlinks=allow_outside_symlinks,
+                           verify=verify, max_pixels=max_pixels)
         return cls._validated(*folder_candidates(root, split, classes, allow_outside_symlinks), verify,
-                              max_pixels, workers, progress)
+                              max_pixels, workers, progress, source)
 
     @classmethod
     def from_keywords(cls, root: str | os.PathLike, rules: Mapping[str, Sequence[str]] | KeywordRules = DEFAULT_KEYWORDS,
@@ -220,8 +226,12 @@ class SampleIndex:
         both after NFKC normalisation and case folding; see :mod:`dali_backend.labelling` for the
         exact rule. Files that match no class or several are put in :attr:`rejected`, never guessed.
         """
-        return cls._validated(*keyword_candidates(root, rules, allow_outside_symlinks), verify, max_pixels, workers,
-                              progress)
+        built = keyword_candidates(root, rules, allow_outside_symlinks)
+        kw = rules if isinstance(rules, KeywordRules) else KeywordRules(rules)
+        words = {**kw._word_to_class, **kw._text_to_class}
+        source = source_of("keywords", rules={c: sorted(w for w, k in words.items() if k == c) for c in kw.classes},
+                           allow_outside_symlinks=allow_outside_symlinks, verify=verify, max_pixels=max_pixels)
+        return cls._validated(*built, verify, max_pixels, workers, progress, source)
 
     @classmethod
     def from_manifest(cls, path: str | os.PathLike, root: str | os.PathLike | None = None, split: str | None = None, *,
@@ -265,20 +275,47 @@ class SampleIndex:
         error unless ``classes=`` names both. A CSV error (an unclosed quote) names its line.
         """
         built = manifest_candidates(path, root, split, classes, path_column, label_column, split_column, encoding)
-        return cls._validated(*built, verify, max_pixels, workers, progress)
+        source = source_of("manifest", manifest=os.path.abspath(path), split=split, classes=classes,
+                           path_column=path_column, label_column=label_column, split_column=split_column,
+                           encoding=encoding, verify=verify, max_pixels=max_pixels)
+        return cls._validated(*built, verify, max_pixels, workers, progress, source)
 
     @classmethod
     def _validated(cls, root: Path, cand: _Candidates, classes: Sequence[str], verify: Verify, max_pixels: int,
-                   workers: int, progress: bool | None) -> SampleIndex:
+                   workers: int, progress: bool | None, source: dict | None = None) -> SampleIndex:
         keep, cols, rejected = check_candidates(root, cand, classes, verify, max_pixels, workers, progress)
         index = cls(root, StringTable.from_strings(cand.paths[i] for i in keep), np.asarray(cand.labels, np.int64)[keep],
                     classes, cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], rejected, cand.ignored,
-                    sorted(cand.ignored_files, key=lambda r: r.path))
+                    sorted(cand.ignored_files, key=lambda r: r.path), source)
         log.info("%s", index._headline())
         empty = [c for c, k in zip(index.classes, index.class_counts()) if k == 0]
         if empty:
             log.warning("classes with no samples: %s", empty)
         return index
+
+    def update(self, *, workers: int = 8, progress: bool | None = None) -> SampleIndex:
+        """This index brought up to date with its root, reading only what changed; a new index.
+
+        Walks the root again as the index was built (:attr:`source`), calls ``stat`` on every file and reads
+        the headers only of files that are new, changed (size or mtime) or were refused before; files
+        gone or now refused leave. The result holds what a fresh build would (samples, labels, sizes,
+        rejects). Order: samples still present keep their relative order (their positions are
+        unchanged when nothing was removed; removing one moves those after it down by one), new files
+        are appended in walk order, and new classes are appended to :attr:`classes` (class ids keep
+        their meaning). See :mod:`dali_backend.index.update`. CLI: ``dali-backend index --update INDEX``.
+
+        Args:
+            workers: threads that ``stat`` files and read headers.
+            progress: show a progress bar (None: when stderr is a terminal).
+
+        Raises:
+            ConfigError: no recorded source (an index from :meth:`subset`/:meth:`split`, or saved by an
+                older release): update the index it came from, or build it once.
+            IndexBuildError: what a fresh build would raise (no usable file left, a split layout...).
+        """
+        from .update import update_index
+
+        return update_index(self, workers=workers, progress=progress)[0]
 
     # ----------------------------------------------------------------------------------- derived
     def subset(self, positions: Sequence[int] | NDArray[np.int64]) -> SampleIndex:
@@ -361,6 +398,8 @@ class SampleIndex:
         meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "root": self.root, "classes": list(self.classes),
                 "rejected": [[r.path, r.reason] for r in self.rejected], "ignored": self.ignored,
                 "ignored_files": [[r.path, r.reason] for r in self.ignored_files], "fingerprint": self.fingerprint}
+        if self.source is not None:  # optional: older readers ignore it
+            meta["source"] = self.source
         arrays = {"path_data": self._paths.data, "path_offsets": self._paths.offsets, "labels": self.labels,
                   "sizes": self.sizes, "mtimes": self.mtimes, "widths": self.widths, "heights": self.heights,
                   "meta": np.frombuffer(json.dumps(meta).encode("ascii"), dtype=np.uint8)}
@@ -404,7 +443,7 @@ class SampleIndex:
             index = cls(root if root is not None else meta["root"], StringTable(data, offsets), arrays["labels"],
                         meta["classes"], arrays["sizes"], arrays["mtimes"], arrays["widths"], arrays["heights"],
                         [Rejected(p, r) for p, r in meta["rejected"]], meta["ignored"],
-                        [Rejected(p, r) for p, r in meta.get("ignored_files", [])])
+                        [Rejected(p, r) for p, r in meta.get("ignored_files", [])], meta.get("source"))
         except ValueError as e:  # ConfigError: labels out of range, duplicate class names
             raise _damaged(path, str(e)) from None
         if index.fingerprint != meta["fingerprint"]:
@@ -426,7 +465,7 @@ class SampleIndex:
 
 
 _STATE_SLOTS = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected", "ignored",
-                "ignored_files", "fingerprint")
+                "ignored_files", "fingerprint", "source")
 
 
 def _restore_index(values: tuple) -> SampleIndex:
