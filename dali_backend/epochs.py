@@ -31,7 +31,8 @@ STATE_KEYS = ("version", "epoch", "batches_done", "batches_per_epoch", "batch_si
 def sampler_identity(sampler, dataset) -> dict:
     """What must not change between saving and resuming: the draw and the augmentation seed."""
     ident = {"type": type(sampler).__name__, "len": len(sampler), "augment_seed": int(getattr(dataset, "seed", 0))}
-    for name in ("seed", "mode", "num_samples", "replacement", "rank", "world_size", "drop_last"):
+    for name in ("seed", "mode", "num_samples", "replacement", "rank", "world_size", "drop_last", "clip_len", "step",
+                 "stride", "label"):
         if hasattr(sampler, name) and isinstance(getattr(sampler, name), (bool, int, str)):
             ident[name] = getattr(sampler, name)
     return ident
@@ -100,10 +101,13 @@ class EpochLoaderMixin:
     def _account(self, planned: np.ndarray, served: np.ndarray, positions: np.ndarray) -> None:
         """Count one yielded batch: planned and served sample indices and draw positions."""
         st = self._stats
+        from .clips import ClipSampler
         from .sampler import WeightedSampler
 
-        # only WeightedSampler pads (its positions >= num_samples); others' num_samples mean something else
-        num_samples = self.sampler.num_samples if isinstance(self.sampler, WeightedSampler) else None
+        # only WeightedSampler (and ClipSampler, over it) pads (its positions >= num_samples); others'
+        # num_samples mean something else
+        pads = isinstance(self.sampler, (WeightedSampler, ClipSampler))
+        num_samples = self.sampler.num_samples if pads else None
         skipped = served != planned
         padded = (positions >= num_samples) & ~skipped if num_samples is not None else np.zeros_like(skipped)
         st.skipped += int(skipped.sum())

@@ -25,6 +25,7 @@ import torch
 
 from .arguments import Backend, _check_numbers, _refuse_arguments, _warn_unused, announce_backend, choose_backend
 from .boundary import Batch, Executor, planned_rows
+from .clips import ClipSampler
 from .dali.executor import _DaliExecutor
 from .dali.runner import _DaliRunner
 from .epochs import EpochLoaderMixin
@@ -36,6 +37,20 @@ from .tensors import apply_batch_ops, batch_params, normalize, release_pooled_ou
 
 log = logging.getLogger("dali_backend")
 __all__ = ["DaliLoader", "FallbackLoader", "choose_backend"]
+
+
+def _check_clips(dataset, sampler, on_error: str | None) -> int:
+    """Frames per draw: ``clip_len`` for a :class:`ClipSampler` over the dataset's index, else 1."""
+    if not isinstance(sampler, ClipSampler):
+        return 1
+    if sampler.index.fingerprint != dataset.index.fingerprint:
+        raise ConfigError("DaliLoader: the ClipSampler was built on another index than the dataset's; build both on "
+                          "the same SampleIndex (Sequences.from_index(dataset.index))")
+    if (on_error or dataset.on_error) == "skip":
+        raise ConfigError("DaliLoader: on_error='skip' cannot apply to clips: replacing a bad frame by another "
+                          "sample of its class would put a foreign frame in the clip; use on_error='raise' (the "
+                          "default: the bad frame is named) and remove or fix the file")
+    return sampler.clip_len
 
 
 def _tune_workers(dataset, batch_size: int, chosen: str, **kwargs) -> tuple[int, dict]:
@@ -123,6 +138,8 @@ class DaliLoader(EpochLoaderMixin):
     Arguments that have no effect on the chosen backend warn once.
     """
 
+    _pass_clips: np.ndarray | None = None  # this pass's clip draws [n, 2] (clip, position), with a ClipSampler
+
     def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool | None = None, sampler=None,
                  batch_sampler=None, num_workers: int | Literal["auto"] = 0, collate_fn=None, pin_memory: bool = False,
                  drop_last: bool = False, timeout: float = 0, worker_init_fn=None, multiprocessing_context=None,
@@ -135,11 +152,14 @@ class DaliLoader(EpochLoaderMixin):
         _refuse_arguments(dataset, sampler, shuffle, batch_sampler, collate_fn, worker_init_fn, batch_transform)
         _check_numbers(batch_size=batch_size, num_workers=num_workers, prefetch_factor=prefetch_factor,
                        prefetch_queue_depth=prefetch_queue_depth, hw_decoder_load=hw_decoder_load, timeout=timeout)
+        # clips: each draw is clip_len frames, run as that many ordinary samples and regrouped here
+        self.clip_len = _check_clips(dataset, sampler, on_error)
+        frames_per_batch = int(batch_size) * self.clip_len
         self.backend, device_id, reason = choose_backend(device, backend)
         announce_backend(device, backend, self.backend, reason)
         self.autotune: dict | None = None  # num_workers="auto": the calibration's measurements
         if num_workers == "auto":
-            num_workers, self.autotune = _tune_workers(dataset, int(batch_size), self.backend, device=device,
+            num_workers, self.autotune = _tune_workers(dataset, frames_per_batch, self.backend, device=device,
                                                        backend=backend, prefetch_factor=prefetch_factor,
                                                        hw_decoder_load=hw_decoder_load, py_start_method=py_start_method,
                                                        on_error=on_error, timeout=timeout)
@@ -174,7 +194,7 @@ class DaliLoader(EpochLoaderMixin):
             from ._own import own
 
             self._executor = own("fallback.executor").TorchExecutor(
-                dataset, self.batch_size, self.on_error, num_workers=self.num_workers, pin_memory=pin_memory,
+                dataset, frames_per_batch, self.on_error, num_workers=self.num_workers, pin_memory=pin_memory,
                 timeout=timeout, worker_init_fn=worker_init_fn, prefetch_factor=prefetch_factor,
                 persistent_workers=persistent_workers, multiprocessing_context=context, pin_memory_device=pin_memory_device,
                 with_params=self.return_meta, timed=bool(telemetry))
@@ -185,7 +205,7 @@ class DaliLoader(EpochLoaderMixin):
                 prefetch_queue_depth = prefetch_factor
             # workers start now, before the user's CUDA work
             self._executor = _DaliExecutor(dataset, self.on_error, (
-                dataset, self.batch_size, self.backend, device_id, self.num_workers, prefetch_queue_depth,
+                dataset, frames_per_batch, self.backend, device_id, self.num_workers, prefetch_queue_depth,
                 hw_decoder_load, py_start_method, self.on_error, float(timeout), worker_init_fn, self.return_meta))
         self.device = self._executor.device
         self._telemetry = LoaderTelemetry(self.backend, self._executor) if telemetry else None
@@ -215,11 +235,27 @@ class DaliLoader(EpochLoaderMixin):
         """This rank's planned draws of ``epoch`` as ``[n, 4]`` (index, epoch, position, kind), cut by ``drop_last``."""
         return self._cut(self._plan(epoch))
 
+    @property
+    def _frames_per_batch(self) -> int:
+        """Planned rows per batch: ``batch_size`` draws of ``clip_len`` frames (1 without clips)."""
+        return self.batch_size * self.clip_len
+
     def _cut(self, rows: np.ndarray) -> np.ndarray:
-        return rows[:len(rows) // self.batch_size * self.batch_size] if self.drop_last else rows
+        size = self._frames_per_batch
+        return rows[:len(rows) // size * size] if self.drop_last else rows
 
     def _plan(self, epoch: int) -> np.ndarray:
-        """All of this rank's draws of ``epoch`` as ``[n, 4]`` rows (before ``drop_last``), checked."""
+        """All of this rank's draws of ``epoch`` as ``[n, 4]`` rows (before ``drop_last``), checked.
+
+        A clip draw becomes ``clip_len`` rows, its frames in order, each with the clip's epoch and
+        position: the executors run them as ordinary samples, and every frame of the clip gets the
+        clip's augmentation parameters (they are a function of the position)."""
+        if isinstance(self.sampler, ClipSampler):
+            clips, positions = self.sampler.rank_draw(epoch)
+            frames = self.sampler.frames(clips)
+            rows = np.stack([frames.reshape(-1), np.full(frames.size, epoch, np.int64),
+                             np.repeat(positions, self.clip_len)], axis=1)
+            return planned_rows(rows)
         rows = plan_epoch(self.sampler, epoch)
         n = len(self.dataset.index)
         if rows.size and (rows[:, 0].min() < 0 or rows[:, 0].max() >= n):
@@ -248,15 +284,16 @@ class DaliLoader(EpochLoaderMixin):
         self._check_current(token)  # an iterator started after a newer one began must not start an epoch
         epoch = self._begin_pass()
         full = self._plan(epoch)
-        self._begin_epoch(len(full))
+        self._begin_epoch(len(full) // self.clip_len)  # draws: clips when the sampler draws clips
         plan = self._cut(full)
         self._check_resumable(epoch, plan)
+        self._pass_clips = self._clip_draws(epoch, len(plan) // self.clip_len)
         telemetry = self._telemetry
         if telemetry is not None:
             telemetry.begin_pass(asked)
         try:
             while True:
-                rows = plan[self._batches_done * self.batch_size:]
+                rows = plan[self._batches_done * self._frames_per_batch:]
                 try:
                     for batch in self._run(epoch, rows):
                         self._check_current(token)
@@ -293,6 +330,8 @@ class DaliLoader(EpochLoaderMixin):
         images = apply_batch_ops(normalize(batch.images, spec), spec, per_draw)
         if self._telemetry is not None:
             batch.stages["normalize"] = batch.stages.get("normalize", 0.0) + time.perf_counter() - t0
+        if isinstance(self.sampler, ClipSampler):
+            return self._clip_output(batch, images, per_draw)
         labels = batch.labels
         if self.batch_transform is not None:
             images, labels = self.batch_transform(images, labels)
@@ -300,8 +339,53 @@ class DaliLoader(EpochLoaderMixin):
         self._account(batch.planned, batch.served, batch.positions)
         return (images, labels) if meta is None else (images, labels, meta)
 
+    # ------------------------------------------------------------------ clips
+    def _clip_draws(self, epoch: int, n: int) -> np.ndarray | None:
+        """``[n, 2]`` (clip number, position) of this pass's clip draws (None without clips)."""
+        if not isinstance(self.sampler, ClipSampler):
+            return None
+        clips, positions = self.sampler.rank_draw(epoch)
+        return np.stack([clips, positions], axis=1)[:n]
+
+    def _clip_output(self, batch: Batch, images: torch.Tensor, per_draw) -> tuple:
+        """One batch of ``B * T`` frames regrouped as ``[B, T, C, H, W]``, labelled by clip ``[B]``."""
+        T = self.clip_len
+        b = self._batches_done
+        draws = self._pass_clips[b * self.batch_size:(b + 1) * self.batch_size]
+        positions = batch.positions.reshape(-1, T)
+        if (len(batch.positions) != len(draws) * T or not (positions == positions[:, :1]).all()
+                or not np.array_equal(positions[:, 0], draws[:, 1])):
+            raise RuntimeError(f"batch {b}: the executor returned frames of positions {batch.positions.tolist()} where "
+                               f"clips of positions {draws[:, 1].tolist()} were planned; this is a bug in dali_backend, "
+                               "please report it")
+        clips = draws[:, 0]
+        frames = self.sampler.frames(clips)
+        if not np.array_equal(batch.served.reshape(-1, T), frames):
+            raise RuntimeError("the executor served other frames than the clips planned; this is a bug in "
+                               "dali_backend, please report it")
+        images = images.reshape(len(clips), T, *images.shape[1:])
+        labels = torch.from_numpy(self.sampler.labels[clips].copy()).to(batch.labels.device)
+        if self.batch_transform is not None:
+            images, labels = self.batch_transform(images, labels)
+        meta = self._clip_meta(batch, per_draw, clips) if self.return_meta else None
+        self._account(clips, clips, draws[:, 1])
+        return (images, labels) if meta is None else (images, labels, meta)
+
+    def _clip_meta(self, batch: Batch, per_draw, clips: np.ndarray) -> dict:
+        """``return_meta`` for clips: per clip (``[B]``) and per frame (``[B, T]``, lists of B lists of T)."""
+        T, n = self.clip_len, len(clips)
+        frame_meta = self._batch_meta(batch, per_draw)
+        as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
+        return {"clip": as_tensor(clips), "sequence": as_tensor(self.sampler.clip_sequence[clips]),
+                "index": frame_meta["index"].reshape(n, T), "planned": frame_meta["planned"].reshape(n, T),
+                "epoch": frame_meta["epoch"].reshape(n, T)[:, 0].contiguous(),
+                "position": frame_meta["position"].reshape(n, T)[:, 0].contiguous(),
+                "path": [frame_meta["path"][k * T:(k + 1) * T] for k in range(n)],
+                "params": [frame_meta["params"][k * T:(k + 1) * T] for k in range(n)]}
+
     def _run(self, epoch: int, rows: np.ndarray):
-        key = (id(self.sampler), epoch, self._batches_done) if isinstance(self.sampler, WeightedSampler) else None
+        pure = isinstance(self.sampler, (WeightedSampler, ClipSampler))
+        key = (id(self.sampler), epoch, self._batches_done) if pure else None
         return self._executor.run(rows, key, self._rows)
 
     # ------------------------------------------------------------------ telemetry
