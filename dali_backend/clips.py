@@ -86,7 +86,8 @@ class ClipSampler(Sampler[Clip]):
         mode: ``"balanced"``, ``"uniform"``, ``"weights"`` or ``"sequential"`` (as WeightedSampler's).
         num_samples: clips drawn per epoch, all ranks together (default: the number of clips).
         seed: base seed; every rank must pass the same one.
-        rank, world_size: as WeightedSampler's (default from ``torch.distributed``).
+        rank: this process's rank, as WeightedSampler's (default from ``torch.distributed``, else 0).
+        world_size: the number of ranks, as WeightedSampler's (default from ``torch.distributed``, else 1).
         replacement: as WeightedSampler's (default: True for balanced/weights).
         weights: one weight per clip for ``mode="weights"``.
         drop_last: trim the global draw to a multiple of ``world_size`` instead of padding.

@@ -85,7 +85,10 @@ class DaliLoader(EpochLoaderMixin):
         batch_size: samples per batch.
         shuffle: shuffle each epoch when no ``sampler`` is given (every sample once).
         sampler: a :class:`WeightedSampler` (recommended) or any sampler of indices (see
-            :func:`~dali_backend.sampler.as_draw` for how an index becomes a draw).
+            :func:`~dali_backend.sampler.as_draw` for how an index becomes a draw); or a
+            :class:`~dali_backend.clips.ClipSampler`: each draw is then a clip of ``T = clip_len`` frames,
+            run as ``batch_size * T`` samples sharing the clip's position (so its augmentation
+            parameters) and regrouped, and ``batch_size`` counts clips (see below).
         batch_sampler: not supported (batches are planned from ``sampler`` and ``batch_size``).
         num_workers: DALI threads (0: the cores of this process, shared between torchrun ranks;
             Python file readers: a quarter of that, 1 to 8), or the torch backend's workers.
@@ -135,6 +138,12 @@ class DaliLoader(EpochLoaderMixin):
     ``on_error="skip"`` replaced a bad file), ``"epoch"``, ``"position"`` (the draw's place in the
     epoch's global draw), ``"path"`` (list of absolute paths) and ``"params"`` (list of dicts: each
     draw's augmentation parameters). ``.backend`` is ``"dali-gpu"``, ``"dali-cpu"`` or ``"torch"``.
+
+    With a :class:`~dali_backend.clips.ClipSampler`, images are ``[B, T, 3, H, W]`` and labels the
+    clips' ``[B]``; ``len()``, ``stats()`` and ``state_dict()`` count clips and batches of clips (not
+    frames); ``meta`` holds ``"clip"``, ``"sequence"``, ``"epoch"`` and ``"position"`` per clip,
+    ``"index"`` and ``"planned"`` ``[B, T]``, and ``"path"`` and ``"params"`` as B lists of T.
+    ``on_error="skip"`` is refused with clips (a replacement would put a foreign frame in a clip).
     Arguments that have no effect on the chosen backend warn once.
     """
 

@@ -135,7 +135,8 @@ class Sequences:
         Args:
             index: the frames' :class:`~dali_backend.index.SampleIndex`.
             path: the CSV file.
-            sequence_column, frame_column: the columns' names in the header.
+            sequence_column: the name of the column holding each frame's sequence (any text).
+            frame_column: the name of the column holding each frame's number (a non-negative integer).
             path_column: the path column's name (default: the first of
                 :data:`~dali_backend.index.manifest.PATH_COLUMNS` present).
             encoding: the file's text encoding (default UTF-8).
