@@ -107,7 +107,7 @@ def test_sequences_from_a_manifest(tmp_path, caplog):
     # file names say nothing about the order; the manifest's frame column does
     root = make_sequences(tmp_path / "data", {"ok": ["c.jpg", "a.jpg", "b.jpg", "d.jpg", "e.jpg"]})
     index = SampleIndex.from_folder(root, progress=False)
-    rows = [("ok/c.jpg", "run1", 2), ("ok/a.jpg", "run1", 7), ("ok/b.jpg", "run1", 3), ("ok/d.jpg", "run2", 10),
+    rows = [("ok/c.jpg", "run1", 2), ("ok/a.jpg", "run1", 7), ("ok\\b.jpg", "run1", 3), ("ok/d.jpg", "run2", 10),
             (str(root / "ok/e.jpg"), "run2", 11), ("ok/other_split.jpg", "run9", 1)]
     with caplog.at_level(logging.WARNING, logger="dali_backend"):
         seqs = Sequences.from_manifest(index, write_manifest(tmp_path / "m.csv", rows), "sequence", "frame")
@@ -372,3 +372,39 @@ def test_skip_is_refused_for_clips_and_other_indexes_too(ds, seq_index, tmp_path
     other = SampleIndex.from_folder(make_sequences(tmp_path, {"x/a": ["f1.jpg", "f2.jpg"]}), progress=False)
     with pytest.raises(ConfigError, match="another index than the dataset's"):
         DaliLoader(ds, batch_size=2, sampler=ClipSampler(other, clip_len=2, step=1), backend="torch", device="cpu")
+
+
+def test_frames_of_other_sizes_differ_only_in_size_dependent_parameters(tmp_path):
+    root = tmp_path / "data"
+    for k, (h, w) in enumerate([(24, 32), (40, 30), (24, 32), (64, 48)], start=1):
+        write(root / "ok" / "run" / f"f{k}.jpg", jpeg_bytes(h, w, seed=k))
+    index = SampleIndex.from_folder(root, progress=False)
+    spec = AugmentSpec(ops=[RandomResizedCrop(16, scale=(0.3, 1.0)), RandomHorizontalFlip(),
+                            ColorJitter(brightness=0.4, contrast=0.4)])
+    ds = ImageDataset(index, spec, seed=2)
+    sampler = ClipSampler(index, clip_len=4, step=1, mode="sequential")
+    with DaliLoader(ds, batch_size=1, sampler=sampler, return_meta=True, backend="torch", device="cpu") as loader:
+        _, _, meta = next(iter(loader))
+    frames = meta["params"][0]
+    for p in frames:  # flip and jitter: one draw for the clip, whatever the frame's size
+        assert p["RandomHorizontalFlip"] == frames[0]["RandomHorizontalFlip"]
+        assert p["ColorJitter"] == frames[0]["ColorJitter"]
+    crops = [p["RandomResizedCrop"] for p in frames]
+    assert crops[0] == crops[2] and crops[0] != crops[1] and crops[1] != crops[3]  # in pixels of each frame
+
+
+def test_torch_workers_and_consecutive_epochs_on_dali_give_the_same_clips(ds, seq_index):
+    def epochs(kind, **kw):
+        loader = DaliLoader(ds, batch_size=4, sampler=ClipSampler(seq_index, clip_len=3, step=2, seed=3),
+                            return_meta=True, **KINDS[kind], **kw)
+        out = []
+        for epoch in range(2):  # DALI plans the next epoch ahead: its prefetched clips must be the right ones
+            loader.set_epoch(epoch)
+            out.append([(m["index"].tolist(), y.tolist(), m["params"]) for _, y, m in loader])
+        loader.close()
+        return out
+
+    want = epochs("torch")
+    assert want[0] != want[1]
+    assert epochs("torch", num_workers=2) == want
+    assert epochs("dali-cpu") == want
