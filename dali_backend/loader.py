@@ -39,6 +39,11 @@ log = logging.getLogger("dali_backend")
 __all__ = ["DaliLoader", "FallbackLoader", "choose_backend"]
 
 
+def _sizes(sizes: np.ndarray | None) -> tuple:
+    """The valid sizes a padded batch yields after its labels (int64 tensor), or nothing."""
+    return () if sizes is None else (torch.from_numpy(np.ascontiguousarray(sizes, dtype=np.int64)),)
+
+
 def _check_clips(dataset, sampler, on_error: str | None) -> int:
     """Frames per draw: ``clip_len`` for a :class:`ClipSampler` over the dataset's index, else 1."""
     if not isinstance(sampler, ClipSampler):
@@ -133,7 +138,10 @@ class DaliLoader(EpochLoaderMixin):
             clock reads per batch and per image). False: they raise, and the workers time nothing.
 
     Yields ``(images, labels)``: the spec's dtype ``[B, 3, H, W]`` (on the GPU for ``dali-gpu``) and int64
-    ``[B]``; with ``return_meta=True``, ``(images, labels, meta)`` where ``meta`` is a dict of
+    ``[B]``; where the spec pads variable-size batches (``AugmentSpec(pad_batch=m)``),
+    ``(images, labels, sizes)``: each batch padded with 0 to its largest height and width rounded up
+    to a multiple of ``m``, and ``sizes`` int64 ``[B, 2]`` (on the CPU) the valid ``(height, width)`` of each
+    image at its top left; with ``return_meta=True``, ``(images, labels, meta)`` where ``meta`` is a dict of
     ``"index"`` (sample served, int64 ``[B]``), ``"planned"`` (sample drawn; differs where
     ``on_error="skip"`` replaced a bad file), ``"epoch"``, ``"position"`` (the draw's place in the
     epoch's global draw), ``"path"`` (list of absolute paths) and ``"params"`` (list of dicts: each
@@ -346,7 +354,7 @@ class DaliLoader(EpochLoaderMixin):
             images, labels = self.batch_transform(images, labels)
         meta = self._batch_meta(batch, per_draw) if self.return_meta else None
         self._account(batch.planned, batch.served, batch.positions)
-        return (images, labels) if meta is None else (images, labels, meta)
+        return (images, labels, *_sizes(batch.sizes)) + (() if meta is None else (meta,))
 
     # ------------------------------------------------------------------ clips
     def _clip_draws(self, epoch: int, n: int) -> np.ndarray | None:
@@ -378,7 +386,8 @@ class DaliLoader(EpochLoaderMixin):
             images, labels = self.batch_transform(images, labels)
         meta = self._clip_meta(batch, per_draw, clips) if self.return_meta else None
         self._account(clips, clips, draws[:, 1])
-        return (images, labels) if meta is None else (images, labels, meta)
+        sizes = None if batch.sizes is None else batch.sizes.reshape(len(clips), T, 2)
+        return (images, labels, *_sizes(sizes)) + (() if meta is None else (meta,))
 
     def _clip_meta(self, batch: Batch, per_draw, clips: np.ndarray) -> dict:
         """``return_meta`` for clips: per clip (``[B]``) and per frame (``[B, T]``, lists of B lists of T)."""
