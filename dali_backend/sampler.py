@@ -237,7 +237,8 @@ class WeightedSampler(Sampler[Draw]):
             w = sample_weights(index.labels, len(index.classes))
             empty = [c for c, k in zip(index.classes, index.class_counts()) if k == 0]
             if empty:
-                log.warning("WeightedSampler: classes %s have no samples and are never drawn", empty)
+                log.warning("WeightedSampler: classes %s have no %s and are never drawn", empty,
+                            getattr(index, "what", "samples"))
         elif mode == "weights":
             if weights is None:
                 raise ConfigError("WeightedSampler: mode='weights' needs weights=[one per sample]")

@@ -408,3 +408,12 @@ def test_torch_workers_and_consecutive_epochs_on_dali_give_the_same_clips(ds, se
     assert want[0] != want[1]
     assert epochs("torch", num_workers=2) == want
     assert epochs("dali-cpu") == want
+
+
+def test_a_class_left_without_clips_is_said(tmp_path, caplog):
+    root = make_sequences(tmp_path, {"dent/r1": ["f1.jpg", "f2.jpg"], "ok/r2": ["f1.jpg", "f2.jpg", "f3.jpg"]})
+    index = SampleIndex.from_folder(root, progress=False)
+    with caplog.at_level(logging.WARNING, logger="dali_backend"):
+        sampler = ClipSampler(index, clip_len=3, step=1)
+    assert "classes ['dent'] have no clips and are never drawn" in caplog.text
+    assert set(sampler.labels[sampler.global_draw(0)].tolist()) == {1}
