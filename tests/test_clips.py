@@ -417,3 +417,24 @@ def test_a_class_left_without_clips_is_said(tmp_path, caplog):
         sampler = ClipSampler(index, clip_len=3, step=1)
     assert "classes ['dent'] have no clips and are never drawn" in caplog.text
     assert set(sampler.labels[sampler.global_draw(0)].tolist()) == {1}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_frame_the_decoder_refuses_raises_at_its_clip(tmp_path, kind):
+    from test_faults import corrupt_huffman  # passes the read-time checks; DALI's decoder and OpenCV refuse it
+
+    root = make_sequences(tmp_path, {"ok/a": [f"f{k}.jpg" for k in range(1, 9)]})
+    bad = root / "ok/a/f6.jpg"
+    bad.write_bytes(corrupt_huffman(bad.read_bytes()))
+    index = SampleIndex.from_folder(root, progress=False)
+    sampler = ClipSampler(index, clip_len=2, step=2, mode="sequential")  # (f1 f2) (f3 f4) | (f5 f6) (f7 f8)
+    loader = DaliLoader(ImageDataset(index, AugmentSpec(size=16)), batch_size=2, sampler=sampler, **KINDS[kind])
+    for epoch in range(2):  # and again: the loader stays usable
+        loader.set_epoch(epoch)
+        got = []
+        with pytest.raises(BadImageError) as e:
+            for clips, _ in loader:
+                got.append(clips)
+        assert len(got) == 1 and got[0].shape == (2, 2, 3, 16, 16), "the clips before the bad frame are yielded"
+        assert e.value.path.endswith("ok/a/f6.jpg") and e.value.epoch == epoch
+    loader.close()
