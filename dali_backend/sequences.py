@@ -88,6 +88,12 @@ class Sequences:
         self.numbers = _frozen(numbers)
         if len(self.frames) != len(index) or not np.array_equal(np.sort(self.frames), np.arange(len(index))):
             raise ConfigError("Sequences: every sample of the index must be in exactly one sequence")
+        o = self.offsets
+        if (len(o) != len(names) + 1 or o[0] != 0 or o[-1] != len(self.frames) or np.any(np.diff(o) < 1)
+                or len(self.numbers) != len(self.frames)):
+            raise ConfigError(f"Sequences: offsets must rise from 0 to {len(self.frames)} in {len(names)} non-empty "
+                              "steps (one per name) and numbers hold one value per frame; build with "
+                              "Sequences.from_index or Sequences.from_manifest")
         self._refuse_duplicates()
         self.gaps = _frozen(self._find_gaps())
         if len(self.gaps):

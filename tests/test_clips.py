@@ -438,3 +438,13 @@ def test_a_frame_the_decoder_refuses_raises_at_its_clip(tmp_path, kind):
         assert len(got) == 1 and got[0].shape == (2, 2, 3, 16, 16), "the clips before the bad frame are yielded"
         assert e.value.path.endswith("ok/a/f6.jpg") and e.value.epoch == epoch
     loader.close()
+
+
+def test_sequences_check_their_arrays(seq_index):
+    seqs = Sequences.from_index(seq_index)
+    again = Sequences(seq_index, seqs.names, seqs.offsets, seqs.frames, seqs.numbers, "folders")
+    assert np.array_equal(again.frames, seqs.frames)
+    with pytest.raises(ConfigError, match="exactly one sequence"):
+        Sequences(seq_index, seqs.names, seqs.offsets, seqs.frames[::-1][1:], seqs.numbers[1:], "folders")
+    with pytest.raises(ConfigError, match="offsets must rise"):
+        Sequences(seq_index, seqs.names, seqs.offsets[::-1], seqs.frames, seqs.numbers, "folders")
