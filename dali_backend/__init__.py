@@ -16,13 +16,14 @@ from .errors import (BadImageError, ConfigError, DaliBackendError, FallbackWarni
                      OutputFileError, StaleIndexError, StaleIteratorError)
 from .index import Rejected, SampleIndex
 from .labelling import DEFAULT_KEYWORDS, KeywordRules
+from .sequences import Sequences
 
 logging.getLogger("dali_backend").addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 __all__ = [
     "AugmentSpec", "AugParams", "Clahe", "draw_params", "SampleIndex", "Rejected", "KeywordRules", "DEFAULT_KEYWORDS",
-    "WeightedSampler", "Draw", "DaliLoader", "ImageDataset", "FallbackLoader", "DaliBackendError", "ConfigError",
+    "WeightedSampler", "Draw", "Sequences", "ClipSampler", "Clip", "DaliLoader", "ImageDataset", "FallbackLoader", "DaliBackendError", "ConfigError",
     "IndexBuildError", "IndexFileError",
     "ManifestError", "StaleIndexError", "BadImageError", "MissingDependencyError", "LoaderWorkerError", "LoaderClosedError",
     "LoaderTimeoutError", "StaleIteratorError", "OutputFileError", "FallbackWarning", "AmplificationWarning",
@@ -39,6 +40,10 @@ def __getattr__(name: str):
         from . import sampler
 
         return getattr(sampler, name)
+    if name in ("Clip", "ClipSampler"):
+        from . import clips
+
+        return getattr(clips, name)
     if name in ("DaliLoader", "FallbackLoader"):
         from . import loader
 

@@ -90,6 +90,12 @@ class AugmentSpec:
         fit: ``"stretch"`` (default) or ``"letterbox"`` (keep the aspect ratio, pad with 0).
         ops: the operation list (see above), or None for the preset.
         channels_last: return batches in ``torch.channels_last`` memory format (same shape).
+        pad_batch: variable-size batches (operation lists only): the list may end at a size that
+            depends on the image (``Resize(n, max_size=m)``: the shorter side ``n``, aspect kept, no
+            crop), and each batch is padded with 0 at the bottom and right to its largest height and
+            width, rounded up to a multiple of ``pad_batch`` (1: no rounding; 32 for most detectors).
+            The loader then yields ``(images, labels, sizes)``, ``sizes`` int64 ``[B, 2]`` the valid
+            ``(height, width)`` of each image (top-left). None (default): every image ends at one size.
     """
 
     size: tuple[int, int] | int = _D
@@ -104,6 +110,7 @@ class AugmentSpec:
     fit: Fit = _D
     ops: tuple[Transform, ...] | None = None
     channels_last: bool = False
+    pad_batch: int | None = None
 
     def __post_init__(self):
         if self.ops is None:
@@ -114,6 +121,10 @@ class AugmentSpec:
             raise ConfigError(f"AugmentSpec.dtype={self.dtype!r}; use 'float32', 'float16', 'bfloat16' or 'uint8'")
         if not isinstance(self.channels_last, bool):
             raise ConfigError(f"AugmentSpec.channels_last={self.channels_last!r}; use True or False")
+        if self.pad_batch is not None and (not isinstance(self.pad_batch, (int, np.integer))
+                                           or isinstance(self.pad_batch, bool) or not 1 <= self.pad_batch <= 4096):
+            raise ConfigError(f"AugmentSpec.pad_batch={self.pad_batch!r}; an integer multiple in [1, 4096] to pad "
+                              "each batch's height and width to (1: the largest image, no rounding), or None")
         offsets, total = [], 0
         for op in self.transforms + self.batch_ops:  # batch operations' blocks come after the pixel ones'
             offsets.append(total)
@@ -139,6 +150,8 @@ class AugmentSpec:
             parts.append(f"dtype={self.dtype!r}")
         if self.channels_last:
             parts.append("channels_last=True")
+        if self.pad_batch is not None:
+            parts.append(f"pad_batch={self.pad_batch!r}")
         return f"AugmentSpec({', '.join(parts)})"
 
     def _set(self, name: str, value) -> None:
@@ -173,6 +186,10 @@ class AugmentSpec:
             Resize(self.size, letterbox=self.fit == "letterbox"),
             RandomRotation(self.rotate_deg),  # always present: the draw's uniform layout stays fixed
             ColorJitter(brightness=self.brightness, contrast=self.contrast)]
+        if self.pad_batch is not None:
+            raise ConfigError(f"AugmentSpec(pad_batch={self.pad_batch!r}) needs an operation list ending at a size "
+                              "that depends on the image, e.g. ops=[Resize(256, max_size=400)]; the preset ends at "
+                              "one size (fit='letterbox' keeps the aspect ratio there)")
         self._set("_transforms", tuple(ops))
         self._set("_batch_ops", ())
         self._set("_out_size", self.size)
@@ -255,9 +272,13 @@ class AugmentSpec:
         size = None
         for op in kept:
             size = op.static_size(size)
-        if size is None:
+        if self.pad_batch is not None and batch:
+            raise ConfigError(f"AugmentSpec(pad_batch={self.pad_batch}): {type(batch[0]).__name__} needs one output "
+                              "size for the whole batch; drop it or pad_batch")
+        if size is None and self.pad_batch is None:
             raise ConfigError("AugmentSpec.ops: the output size depends on the image; end the list with an operation "
-                              "of fixed size (Resize((h, w)), CenterCrop, RandomCrop or RandomResizedCrop)")
+                              "of fixed size (Resize((h, w)), CenterCrop, RandomCrop or RandomResizedCrop), or pass "
+                              "pad_batch= (variable-size batches padded to their largest image)")
         self._set("_out_size", size)
         _warn_amplification(kept)
 
@@ -291,12 +312,19 @@ class AugmentSpec:
                 for op, off in zip(self.batch_ops, self._batch_offsets)]  # type: ignore[attr-defined]
 
     @property
+    def variable_size(self) -> bool:
+        """True when the output size depends on the image (``pad_batch``): batches are padded."""
+        return self._out_size is None  # type: ignore[attr-defined]
+
+    @property
     def height(self) -> int:
-        return self._out_size[0]  # type: ignore[attr-defined]
+        """The output height (1 where it depends on the image: ``pad_batch``)."""
+        return self._out_size[0] if self._out_size is not None else 1  # type: ignore[attr-defined]
 
     @property
     def width(self) -> int:
-        return self._out_size[1]  # type: ignore[attr-defined]
+        """The output width (1 where it depends on the image: ``pad_batch``)."""
+        return self._out_size[1] if self._out_size is not None else 1  # type: ignore[attr-defined]
 
     @property
     def channels(self) -> int:

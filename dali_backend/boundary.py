@@ -131,6 +131,8 @@ class Batch:
             executor measured it (``"read"``, ``"decode"``, ``"augment"``, or ``"decode+augment"``
             where one engine does both): the loader's telemetry.
         in_flight: batches the executor holds in progress or ready beyond this one.
+        sizes: int64 ``[B, 2]`` numpy, each image's valid (height, width) at the top left of
+            ``images``, where the spec pads variable-size batches (``pad_batch``); else None.
     """
 
     images: torch.Tensor
@@ -143,6 +145,7 @@ class Batch:
     bad: tuple[BadDraw, ...] = ()
     stages: dict[str, float] = field(default_factory=dict)
     in_flight: int = 0
+    sizes: np.ndarray | None = None
 
 
 class Executor(Protocol):

@@ -48,7 +48,8 @@ def sampler_identity(sampler, dataset, epoch: int | None = None) -> dict:
     weighted = isinstance(sampler, WeightedSampler) and epoch is not None
     ident = {"type": type(sampler).__name__, "len": sampler.rank_len(sampler.num_samples_at(epoch)) if weighted
              else len(sampler), "augment_seed": int(getattr(dataset, "seed", 0))}
-    for name in ("seed", "mode", "num_samples", "replacement", "rank", "world_size", "drop_last"):
+    for name in ("seed", "mode", "num_samples", "replacement", "rank", "world_size", "drop_last", "clip_len", "step",
+                 "stride", "label"):
         if weighted and name == "num_samples":
             ident[name] = sampler.num_samples_at(epoch)
         elif hasattr(sampler, name) and isinstance(getattr(sampler, name), (bool, int, str)):
@@ -138,14 +139,18 @@ class EpochLoaderMixin:
         else:
             self._stats = EpochStats(epoch, draws, dropped=draws - used, resumed=min(start * self.batch_size, used))
         self._batches_done, self._progress_epoch, self._pass_offset = start, epoch, offset
+        from .clips import ClipSampler
+
         weighted = isinstance(self.sampler, WeightedSampler)
-        self._pass_num_samples = self.sampler.num_samples_at(epoch) if weighted else None
+        self._pass_num_samples = self.sampler.num_samples_at(epoch) if weighted else \
+            self.sampler.num_samples if isinstance(self.sampler, ClipSampler) else None
         return start
 
     def _account(self, planned: np.ndarray, served: np.ndarray, positions: np.ndarray) -> None:
         """Count one yielded batch: planned and served sample indices and draw positions."""
         st = self._stats
-        # only WeightedSampler pads (its positions >= num_samples); others' num_samples mean something else
+        # only WeightedSampler (and ClipSampler, over it) pads (its positions >= num_samples); others'
+        # num_samples mean something else
         num_samples = self._pass_num_samples
         skipped = served != planned
         padded = (positions >= num_samples) & ~skipped if num_samples is not None else np.zeros_like(skipped)

@@ -25,6 +25,7 @@ import torch
 
 from .arguments import Backend, _check_numbers, _refuse_arguments, _warn_unused, announce_backend, choose_backend
 from .boundary import Batch, Executor, planned_rows
+from .clips import ClipSampler
 from .dali.executor import _DaliExecutor
 from .dali.runner import _DaliRunner
 from .epochs import EpochLoaderMixin
@@ -36,6 +37,25 @@ from .tensors import apply_batch_ops, batch_params, normalize, release_pooled_ou
 
 log = logging.getLogger("dali_backend")
 __all__ = ["DaliLoader", "FallbackLoader", "choose_backend"]
+
+
+def _sizes(sizes: np.ndarray | None) -> tuple:
+    """The valid sizes a padded batch yields after its labels (int64 tensor), or nothing."""
+    return () if sizes is None else (torch.from_numpy(np.ascontiguousarray(sizes, dtype=np.int64)),)
+
+
+def _check_clips(dataset, sampler, on_error: str | None) -> int:
+    """Frames per draw: ``clip_len`` for a :class:`ClipSampler` over the dataset's index, else 1."""
+    if not isinstance(sampler, ClipSampler):
+        return 1
+    if sampler.index.fingerprint != dataset.index.fingerprint:
+        raise ConfigError("DaliLoader: the ClipSampler was built on another index than the dataset's; build both on "
+                          "the same SampleIndex (Sequences.from_index(dataset.index))")
+    if (on_error or dataset.on_error) == "skip":
+        raise ConfigError("DaliLoader: on_error='skip' cannot apply to clips: replacing a bad frame by another "
+                          "sample of its class would put a foreign frame in the clip; use on_error='raise' (the "
+                          "default: the bad frame is named) and remove or fix the file")
+    return sampler.clip_len
 
 
 def _tune_workers(dataset, batch_size: int, chosen: str, **kwargs) -> tuple[int, dict]:
@@ -70,7 +90,10 @@ class DaliLoader(EpochLoaderMixin):
         batch_size: samples per batch.
         shuffle: shuffle each epoch when no ``sampler`` is given (every sample once).
         sampler: a :class:`WeightedSampler` (recommended) or any sampler of indices (see
-            :func:`~dali_backend.sampler.as_draw` for how an index becomes a draw).
+            :func:`~dali_backend.sampler.as_draw` for how an index becomes a draw); or a
+            :class:`~dali_backend.clips.ClipSampler`: each draw is then a clip of ``T = clip_len`` frames,
+            run as ``batch_size * T`` samples sharing the clip's position (so its augmentation
+            parameters) and regrouped, and ``batch_size`` counts clips (see below).
         batch_sampler: not supported (batches are planned from ``sampler`` and ``batch_size``).
         num_workers: DALI threads (0: the cores of this process, shared between torchrun ranks;
             Python file readers: a quarter of that, 1 to 8), or the torch backend's workers.
@@ -115,13 +138,24 @@ class DaliLoader(EpochLoaderMixin):
             clock reads per batch and per image). False: they raise, and the workers time nothing.
 
     Yields ``(images, labels)``: the spec's dtype ``[B, 3, H, W]`` (on the GPU for ``dali-gpu``) and int64
-    ``[B]``; with ``return_meta=True``, ``(images, labels, meta)`` where ``meta`` is a dict of
+    ``[B]``; where the spec pads variable-size batches (``AugmentSpec(pad_batch=m)``),
+    ``(images, labels, sizes)``: each batch padded with 0 to its largest height and width rounded up
+    to a multiple of ``m``, and ``sizes`` int64 ``[B, 2]`` (on the CPU) the valid ``(height, width)`` of each
+    image at its top left; with ``return_meta=True``, ``(images, labels, meta)`` where ``meta`` is a dict of
     ``"index"`` (sample served, int64 ``[B]``), ``"planned"`` (sample drawn; differs where
     ``on_error="skip"`` replaced a bad file), ``"epoch"``, ``"position"`` (the draw's place in the
     epoch's global draw), ``"path"`` (list of absolute paths) and ``"params"`` (list of dicts: each
     draw's augmentation parameters). ``.backend`` is ``"dali-gpu"``, ``"dali-cpu"`` or ``"torch"``.
+
+    With a :class:`~dali_backend.clips.ClipSampler`, images are ``[B, T, 3, H, W]`` and labels the
+    clips' ``[B]``; ``len()``, ``stats()`` and ``state_dict()`` count clips and batches of clips (not
+    frames); ``meta`` holds ``"clip"``, ``"sequence"``, ``"epoch"`` and ``"position"`` per clip,
+    ``"index"`` and ``"planned"`` ``[B, T]``, and ``"path"`` and ``"params"`` as B lists of T.
+    ``on_error="skip"`` is refused with clips (a replacement would put a foreign frame in a clip).
     Arguments that have no effect on the chosen backend warn once.
     """
+
+    _pass_clips: np.ndarray | None = None  # this pass's clip draws [n, 2] (clip, position), with a ClipSampler
 
     def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool | None = None, sampler=None,
                  batch_sampler=None, num_workers: int | Literal["auto"] = 0, collate_fn=None, pin_memory: bool = False,
@@ -135,11 +169,14 @@ class DaliLoader(EpochLoaderMixin):
         _refuse_arguments(dataset, sampler, shuffle, batch_sampler, collate_fn, worker_init_fn, batch_transform)
         _check_numbers(batch_size=batch_size, num_workers=num_workers, prefetch_factor=prefetch_factor,
                        prefetch_queue_depth=prefetch_queue_depth, hw_decoder_load=hw_decoder_load, timeout=timeout)
+        # clips: each draw is clip_len frames, run as that many ordinary samples and regrouped here
+        self.clip_len = _check_clips(dataset, sampler, on_error)
+        frames_per_batch = int(batch_size) * self.clip_len
         self.backend, device_id, reason = choose_backend(device, backend)
         announce_backend(device, backend, self.backend, reason)
         self.autotune: dict | None = None  # num_workers="auto": the calibration's measurements
         if num_workers == "auto":
-            num_workers, self.autotune = _tune_workers(dataset, int(batch_size), self.backend, device=device,
+            num_workers, self.autotune = _tune_workers(dataset, frames_per_batch, self.backend, device=device,
                                                        backend=backend, prefetch_factor=prefetch_factor,
                                                        hw_decoder_load=hw_decoder_load, py_start_method=py_start_method,
                                                        on_error=on_error, timeout=timeout)
@@ -175,7 +212,7 @@ class DaliLoader(EpochLoaderMixin):
 
             def make_executor(ds) -> Executor:
                 return own("fallback.executor").TorchExecutor(
-                    ds, self.batch_size, self.on_error, num_workers=self.num_workers, pin_memory=pin_memory,
+                    ds, frames_per_batch, self.on_error, num_workers=self.num_workers, pin_memory=pin_memory,
                     timeout=timeout, worker_init_fn=worker_init_fn, prefetch_factor=prefetch_factor,
                     persistent_workers=persistent_workers, multiprocessing_context=context,
                     pin_memory_device=pin_memory_device, with_params=self.return_meta, timed=bool(telemetry))
@@ -187,7 +224,7 @@ class DaliLoader(EpochLoaderMixin):
 
             def make_executor(ds) -> Executor:
                 return _DaliExecutor(ds, self.on_error, (
-                    ds, self.batch_size, self.backend, device_id, self.num_workers, prefetch_queue_depth,
+                    ds, frames_per_batch, self.backend, device_id, self.num_workers, prefetch_queue_depth,
                     hw_decoder_load, py_start_method, self.on_error, float(timeout), worker_init_fn, self.return_meta))
         self._make_executor = make_executor  # again when a data change moves to another index (update_index)
         self._datasets = {dataset.index.fingerprint: dataset}  # one dataset per index the schedule draws from
@@ -324,12 +361,28 @@ class DaliLoader(EpochLoaderMixin):
                 return None
         return self._cut(self._plan(epoch))
 
+    @property
+    def _frames_per_batch(self) -> int:
+        """Planned rows per batch: ``batch_size`` draws of ``clip_len`` frames (1 without clips)."""
+        return self.batch_size * self.clip_len
+
     def _cut(self, rows: np.ndarray) -> np.ndarray:
-        return rows[:len(rows) // self.batch_size * self.batch_size] if self.drop_last else rows
+        size = self._frames_per_batch
+        return rows[:len(rows) // size * size] if self.drop_last else rows
 
     def _plan(self, epoch: int, offset: int = 0) -> np.ndarray:
         """This rank's draws of ``epoch`` (from global position ``offset`` on) as ``[n, 4]`` rows (before
-        ``drop_last``), checked."""
+        ``drop_last``), checked.
+
+        A clip draw becomes ``clip_len`` rows, its frames in order, each with the clip's epoch and
+        position: the executors run them as ordinary samples, and every frame of the clip gets the
+        clip's augmentation parameters (they are a function of the position)."""
+        if isinstance(self.sampler, ClipSampler):
+            clips, positions = self.sampler.rank_draw(epoch)
+            frames = self.sampler.frames(clips)
+            rows = np.stack([frames.reshape(-1), np.full(frames.size, epoch, np.int64),
+                             np.repeat(positions, self.clip_len)], axis=1)
+            return planned_rows(rows)
         rows = plan_epoch(self.sampler, epoch, offset)
         n = len(self.dataset.index)
         if rows.size and (rows[:, 0].min() < 0 or rows[:, 0].max() >= n):
@@ -361,15 +414,16 @@ class DaliLoader(EpochLoaderMixin):
         offset = self._pending_offset(epoch)
         full = self._plan(epoch, offset)
         self._epoch_planned = True
-        self._begin_epoch(len(full))
+        self._begin_epoch(len(full) // self.clip_len)  # draws: clips when the sampler draws clips
         plan = self._cut(full)
         self._check_resumable(epoch, plan)
+        self._pass_clips = self._clip_draws(epoch, len(plan) // self.clip_len)
         telemetry = self._telemetry
         if telemetry is not None:
             telemetry.begin_pass(asked)
         try:
             while True:
-                rows = plan[self._batches_done * self.batch_size:]
+                rows = plan[self._batches_done * self._frames_per_batch:]
                 try:
                     for batch in self._run(epoch, rows):
                         self._check_current(token)
@@ -406,12 +460,59 @@ class DaliLoader(EpochLoaderMixin):
         images = apply_batch_ops(normalize(batch.images, spec), spec, per_draw)
         if self._telemetry is not None:
             batch.stages["normalize"] = batch.stages.get("normalize", 0.0) + time.perf_counter() - t0
+        if isinstance(self.sampler, ClipSampler):
+            return self._clip_output(batch, images, per_draw)
         labels = batch.labels
         if self.batch_transform is not None:
             images, labels = self.batch_transform(images, labels)
         meta = self._batch_meta(batch, per_draw) if self.return_meta else None
         self._account(batch.planned, batch.served, batch.positions)
-        return (images, labels) if meta is None else (images, labels, meta)
+        return (images, labels, *_sizes(batch.sizes)) + (() if meta is None else (meta,))
+
+    # ------------------------------------------------------------------ clips
+    def _clip_draws(self, epoch: int, n: int) -> np.ndarray | None:
+        """``[n, 2]`` (clip number, position) of this pass's clip draws (None without clips)."""
+        if not isinstance(self.sampler, ClipSampler):
+            return None
+        clips, positions = self.sampler.rank_draw(epoch)
+        return np.stack([clips, positions], axis=1)[:n]
+
+    def _clip_output(self, batch: Batch, images: torch.Tensor, per_draw) -> tuple:
+        """One batch of ``B * T`` frames regrouped as ``[B, T, C, H, W]``, labelled by clip ``[B]``."""
+        T = self.clip_len
+        b = self._batches_done
+        draws = self._pass_clips[b * self.batch_size:(b + 1) * self.batch_size]
+        positions = batch.positions.reshape(-1, T)
+        if (len(batch.positions) != len(draws) * T or not (positions == positions[:, :1]).all()
+                or not np.array_equal(positions[:, 0], draws[:, 1])):
+            raise RuntimeError(f"batch {b}: the executor returned frames of positions {batch.positions.tolist()} where "
+                               f"clips of positions {draws[:, 1].tolist()} were planned; this is a bug in dali_backend, "
+                               "please report it")
+        clips = draws[:, 0]
+        frames = self.sampler.frames(clips)
+        if not np.array_equal(batch.served.reshape(-1, T), frames):
+            raise RuntimeError("the executor served other frames than the clips planned; this is a bug in "
+                               "dali_backend, please report it")
+        images = images.reshape(len(clips), T, *images.shape[1:])
+        labels = torch.from_numpy(self.sampler.labels[clips].copy()).to(batch.labels.device)
+        if self.batch_transform is not None:
+            images, labels = self.batch_transform(images, labels)
+        meta = self._clip_meta(batch, per_draw, clips) if self.return_meta else None
+        self._account(clips, clips, draws[:, 1])
+        sizes = None if batch.sizes is None else batch.sizes.reshape(len(clips), T, 2)
+        return (images, labels, *_sizes(sizes)) + (() if meta is None else (meta,))
+
+    def _clip_meta(self, batch: Batch, per_draw, clips: np.ndarray) -> dict:
+        """``return_meta`` for clips: per clip (``[B]``) and per frame (``[B, T]``, lists of B lists of T)."""
+        T, n = self.clip_len, len(clips)
+        frame_meta = self._batch_meta(batch, per_draw)
+        as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
+        return {"clip": as_tensor(clips), "sequence": as_tensor(self.sampler.clip_sequence[clips]),
+                "index": frame_meta["index"].reshape(n, T), "planned": frame_meta["planned"].reshape(n, T),
+                "epoch": frame_meta["epoch"].reshape(n, T)[:, 0].contiguous(),
+                "position": frame_meta["position"].reshape(n, T)[:, 0].contiguous(),
+                "path": [frame_meta["path"][k * T:(k + 1) * T] for k in range(n)],
+                "params": [frame_meta["params"][k * T:(k + 1) * T] for k in range(n)]}
 
     def _run(self, epoch: int, rows: np.ndarray):
         # the key names the plan so that batches DALI prepared ahead are used only for that very plan: the
@@ -420,6 +521,8 @@ class DaliLoader(EpochLoaderMixin):
         key = None
         if isinstance(self.sampler, WeightedSampler) and not self._pass_offset:
             key = ((id(self.sampler), self.sampler.schedule.version), epoch, self._batches_done)
+        elif isinstance(self.sampler, ClipSampler):
+            key = (id(self.sampler), epoch, self._batches_done)
         return self._executor.run(rows, key, self._rows)
 
     # ------------------------------------------------------------------ telemetry

@@ -66,6 +66,10 @@ def as_draw(item, epoch: int) -> Draw:
     """
     if isinstance(item, Draw):
         return item
+    if hasattr(item, "frames") and hasattr(item, "clip"):  # a ClipSampler's Clip: T frames, not one sample
+        raise ConfigError(f"sampler item {type(item).__name__}(clip={item.clip}, ...): a ClipSampler yields clips "
+                          "of several frames, which a Dataset indexed by one sample cannot load; pass it to "
+                          "DaliLoader(dataset, batch_size=B, sampler=clip_sampler), which yields [B, T, C, H, W]")
     if hasattr(item, "index") and hasattr(item, "epoch") and hasattr(item, "position"):
         return Draw(int(item.index), int(item.epoch), int(item.position))
     if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
@@ -193,6 +197,28 @@ def _dist_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
     return (0 if rank is None else int(rank)), (1 if world_size is None else int(world_size))
 
 
+class LabelledItems:
+    """What :class:`WeightedSampler` draws from besides a :class:`SampleIndex`: items with a class each
+    (a :class:`~dali_backend.clips.ClipSampler` draws clips this way).
+
+    Args:
+        labels: int64 ``[n]`` class ids.
+        classes: class names; ids are positions in this tuple.
+        what: what an item is, for messages (``"clips"``).
+    """
+
+    def __init__(self, labels: NDArray[np.int64], classes: Sequence[str], what: str = "items"):
+        self.labels = np.asarray(labels, dtype=np.int64).reshape(-1)
+        self.labels.flags.writeable = False
+        self.classes, self.what = tuple(classes), what
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def class_counts(self) -> NDArray[np.int64]:
+        return np.bincount(self.labels, minlength=len(self.classes)).astype(np.int64)
+
+
 class WeightedSampler(Sampler[Draw]):
     """Class-balanced (by default), distributed-aware sampler yielding :class:`Draw` records.
 
@@ -217,7 +243,7 @@ class WeightedSampler(Sampler[Draw]):
     def __init__(self, index: SampleIndex, num_samples: int | None = None, seed: int = 0, rank: int | None = None,
                  world_size: int | None = None, *, mode: Mode = "balanced", replacement: bool | None = None,
                  weights: Sequence[float] | NDArray[np.float64] | None = None, drop_last: bool = False):
-        if not isinstance(index, SampleIndex):
+        if not isinstance(index, (SampleIndex, LabelledItems)):
             raise ConfigError(f"WeightedSampler: index must be a SampleIndex, got {type(index).__name__}")
         n = len(index)
         if n == 0:
@@ -242,7 +268,8 @@ class WeightedSampler(Sampler[Draw]):
             w = sample_weights(index.labels, len(index.classes))
             empty = [c for c, k in zip(index.classes, index.class_counts()) if k == 0]
             if empty:
-                log.warning("WeightedSampler: classes %s have no samples and are never drawn", empty)
+                log.warning("WeightedSampler: classes %s have no %s and are never drawn", empty,
+                            getattr(index, "what", "samples"))
         elif mode == "weights":
             if weights is None:
                 raise ConfigError("WeightedSampler: mode='weights' needs weights=[one per sample]")

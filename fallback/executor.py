@@ -9,6 +9,7 @@ single channel 64 KB, 12x less to pickle, copy through shared memory and collate
 
 from __future__ import annotations
 
+import functools
 import time
 import weakref
 from collections.abc import Iterator
@@ -69,14 +70,29 @@ class _Uint8View(Dataset):
                     BadDraw.from_error(e), stages)
 
 
-def _collate_uint8(samples: list[tuple]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, list, dict]:
-    images = torch.from_numpy(np.stack([s[0] for s in samples]))
+def pad_images(images: list[np.ndarray], multiple: int) -> tuple[np.ndarray, np.ndarray]:
+    """``[B, C, H, W]`` with each image at the top left and 0 elsewhere, ``H`` and ``W`` the largest
+    height and width rounded up to a multiple of ``multiple``; and the valid sizes ``[B, 2]``."""
+    sizes = np.array([im.shape[1:] for im in images], dtype=np.int64).reshape(-1, 2)
+    h, w = (-(-sizes.max(axis=0) // multiple) * multiple).tolist() if len(images) else (0, 0)
+    out = np.zeros((len(images), images[0].shape[0] if images else 1, h, w), dtype=np.uint8)
+    for k, im in enumerate(images):
+        out[k, :, :im.shape[1], :im.shape[2]] = im
+    return out, sizes
+
+
+def _collate_uint8(samples: list[tuple], pad: int | None = None) -> tuple:
+    if pad is not None:  # variable-size outputs: padded to the batch's largest, with the valid sizes
+        padded, sizes = pad_images([s[0] for s in samples], pad)  # a bad draw's blank is 1 x 1
+        images = torch.from_numpy(padded)
+    else:
+        images, sizes = torch.from_numpy(np.stack([s[0] for s in samples])), None
     labels = torch.tensor([s[1] for s in samples], dtype=torch.int64)
     stages: dict[str, float] = {}
     for s in samples:
         for k, v in s[4].items():
             stages[k] = stages.get(k, 0.0) + v
-    return images, labels, np.stack([s[2] for s in samples]), [s[3] for s in samples], stages
+    return images, labels, np.stack([s[2] for s in samples]), [s[3] for s in samples], stages, sizes
 
 
 class _PlannedBatches(Sampler[list[Draw]]):
@@ -119,7 +135,7 @@ class TorchExecutor:
         extra = {"pin_memory_device": pin_memory_device} if pin_memory and pin_memory_device else {}
         self._loader = DataLoader(
             _Uint8View(dataset, on_error, with_params, timed), batch_sampler=_PlannedBatches(self), num_workers=num_workers,
-            collate_fn=_collate_uint8, pin_memory=pin_memory, worker_init_fn=worker_init_fn,
+            collate_fn=functools.partial(_collate_uint8, pad=dataset.spec.pad_batch), pin_memory=pin_memory, worker_init_fn=worker_init_fn,
             # torch draws each pass's worker seed from this generator: never from the user's global RNG
             # (DALI does not touch it either, so a training script's random numbers are the same on both)
             generator=torch.Generator().manual_seed(0),
@@ -136,7 +152,7 @@ class TorchExecutor:
             try:
                 if batches is None:  # inside the try: the start of a pass can meet a worker that died before
                     batches = self._start_pass()
-                images, labels, meta, notes, stages = self._next_batch(batches)
+                images, labels, meta, notes, stages, sizes = self._next_batch(batches)
             except StopIteration:
                 if self._closed:  # close() from another thread: torch ends the pass it shut down, short
                     raise LoaderClosedError("the DaliLoader was closed while this iterator was waiting for a batch; "
@@ -157,7 +173,7 @@ class TorchExecutor:
             bad = tuple(n for n in notes if isinstance(n, BadDraw))
             params = None if bad or not self.with_params else notes
             yield Batch(images, labels, meta[:, 0], meta[:, 1], meta[:, 2], meta[:, 3], params, bad, stages,
-                        self._in_flight())
+                        self._in_flight(), sizes)
 
     def _in_flight(self) -> int:
         """Batches the DataLoader's workers hold or have finished ahead of this one (0 without workers)."""

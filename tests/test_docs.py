@@ -7,7 +7,9 @@ small synthetic data set laid out as the pages assume:
 * ``data/train/<class>/*.jpg`` and ``data/val/<class>/*.jpg``: the classes ``dent``, ``normal``,
   ``scratch`` (80/13/7, :func:`dali_backend.synthetic.generate_defect_dataset`), small images;
 * ``raw/``: files named the way a line's raw export names them, for the keyword examples (beside
-  ``data/``, which holds splits only).
+  ``data/``, which holds splits only);
+* ``lines/<class>/<run>/frame<N>.jpg``: a line camera's sequences for the clips guide (``normal/run1``
+  10 frames, ``normal/run2`` 6, ``scratch/run3`` 8, ``scratch/run4`` 3).
 
 Every fenced ``bash`` block's ``dali-backend ...`` / ``python -m dali_backend ...`` / ``python -m bench
 ...`` lines are parsed by the real argument parser in that folder (flags, choices and argument types
@@ -90,6 +92,14 @@ def make_data(folder: Path) -> None:
     for name, src in zip(names, sources):
         (raw / name).parent.mkdir(parents=True, exist_ok=True)
         (raw / name).write_bytes(src.read_bytes())
+    runs = {"normal/run1": 10, "normal/run2": 6, "scratch/run3": 8, "scratch/run4": 3}
+    k = 0
+    for run, frames in runs.items():
+        for n in range(1, frames + 1):
+            target = folder / "lines" / run / f"frame{n}.jpg"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(sources[k % len(sources)].read_bytes())
+            k += 1
 
 
 def parse_only(args: list[str]) -> None:

@@ -34,7 +34,8 @@ def import_dali():
 def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, device: Literal["cpu", "gpu"],
                    device_id: int | None, num_threads: int, py_num_workers: int, py_start_method: str = "fork",
                    prefetch_queue_depth: int = 2, hw_decoder_load: float = 0.65, seed: int = 0):
-    """Build (not yet run) the pipeline for ``spec``; outputs ``(images uint8 [B, C, H, W], labels, slots)``.
+    """Build (not yet run) the pipeline for ``spec``; outputs ``(images uint8 [B, C, H, W], labels, slots)``,
+    and each image's ``[H, W, C]`` before padding when the spec pads variable-size batches (``pad_batch``).
 
     The graph is the spec's operations in order (``op.dali``), fed by the parameters the source
     sends: the external source's outputs and dtypes are ``spec.wire``, and each operation receives
@@ -78,7 +79,11 @@ def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, de
         for k in range(first, len(ops)):
             if not ops[k].is_identity:
                 images = ops[k].dali(images, params[k], ctx)
-        images = fn.transpose(images, perm=[2, 0, 1])
-        return images, labels, slots
+        if spec.pad_batch is None:
+            return fn.transpose(images, perm=[2, 0, 1]), labels, slots
+        # variable-size outputs: each image's size, then the batch padded to its largest (rounded up)
+        sizes = images.shape(dtype=types.INT64)
+        images = fn.pad(images, axis_names="HW", align=[spec.pad_batch, spec.pad_batch], fill_value=0)
+        return fn.transpose(images, perm=[2, 0, 1]), labels, slots, sizes
 
     return graph()

@@ -249,7 +249,8 @@ class _DaliRunner:
             raise
         pool = getattr(self.pipe, "_py_pool", None)
         self._worker_pids = list(pool.pids()) if pool is not None and hasattr(pool, "pids") else []
-        self.iterator = DALIGenericIterator([self.pipe], ["images", "labels", "slots"], auto_reset=False,
+        outputs = ["images", "labels", "slots"] + (["sizes"] if dataset.spec.pad_batch is not None else [])
+        self.iterator = DALIGenericIterator([self.pipe], outputs, auto_reset=False,
                                             prepare_first_batch=False)
         self.device = torch.device("cuda", device_id) if gpu else torch.device("cpu")
         self._queue: deque = deque()  # (key, batch_no, rows [B, 5]) written to the ring, not yet consumed
@@ -418,8 +419,14 @@ class _DaliRunner:
         if self.with_params:
             params = [read_params(self.ring, int(r[Col.SLOT])) if ok else None for r, ok in zip(rows, good)]
         labels = torch.from_numpy(np.where(good, self.dataset.index.labels[np.maximum(served, 0)], -1)).to(self.device)
+        sizes = None
+        if "sizes" in out:  # variable-size outputs: DALI padded to the largest of the batch, padding rows included
+            sizes = out["sizes"].cpu().numpy().reshape(len(expected), -1)[keep, :2].astype(np.int64)
+            m = self.dataset.spec.pad_batch
+            h, w = (-(-sizes[good].max(axis=0, initial=1) // m) * m).tolist() if good.any() else (m, m)
+            images = images[:, :, :h, :w]
         return Batch(images, labels, rows[:, Col.INDEX], served, rows[:, Col.POSITION], rows[:, Col.EPOCH], params, bad,
-                     {"read": read_s}, len(self._queue))
+                     {"read": read_s}, len(self._queue), sizes)
 
     def _bad_draw(self, slot: int):
         """The bad draw a reader worker met in ``slot`` (its note; the path from the index if it did not fit)."""
