@@ -9,6 +9,8 @@ a sample drawn twice gets its own augmentation parameters.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 from collections.abc import Iterator, Sequence
@@ -211,6 +213,9 @@ class LabelledItems:
         self.labels = np.asarray(labels, dtype=np.int64).reshape(-1)
         self.labels.flags.writeable = False
         self.classes, self.what = tuple(classes), what
+        digest = hashlib.sha256(json.dumps([what, list(self.classes)]).encode())
+        digest.update(self.labels.tobytes())
+        self.fingerprint = digest.hexdigest()  # what a data schedule records of the items drawn from
 
     def __len__(self) -> int:
         return len(self.labels)
