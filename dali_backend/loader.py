@@ -28,34 +28,17 @@ from .boundary import Batch, Executor, planned_rows
 from .clips import ClipSampler
 from .dali.executor import _DaliExecutor
 from .dali.runner import _DaliRunner
+from .changes import DataChangesMixin
+from .clipbatches import ClipBatchesMixin, _check_clips, _sizes
 from .epochs import EpochLoaderMixin
 from .errors import ConfigError, ExecutorFailed, LoaderClosedError, StaleIteratorError
 from .reading import check_on_error
-from .sampler import WeightedSampler, check_epoch, default_sampler, default_seed, plan_epoch
-from .telemetry import LoaderTelemetry, format_line, verdict
+from .sampler import WeightedSampler, default_sampler, default_seed, plan_epoch
+from .telemetry import LoaderTelemetry, TelemetryMixin
 from .tensors import apply_batch_ops, batch_params, normalize, release_pooled_outputs
 
 log = logging.getLogger("dali_backend")
 __all__ = ["DaliLoader", "FallbackLoader", "choose_backend"]
-
-
-def _sizes(sizes: np.ndarray | None) -> tuple:
-    """The valid sizes a padded batch yields after its labels (int64 tensor), or nothing."""
-    return () if sizes is None else (torch.from_numpy(np.ascontiguousarray(sizes, dtype=np.int64)),)
-
-
-def _check_clips(dataset, sampler, on_error: str | None) -> int:
-    """Frames per draw: ``clip_len`` for a :class:`ClipSampler` over the dataset's index, else 1."""
-    if not isinstance(sampler, ClipSampler):
-        return 1
-    if sampler.index.fingerprint != dataset.index.fingerprint:
-        raise ConfigError("DaliLoader: the ClipSampler was built on another index than the dataset's; build both on "
-                          "the same SampleIndex (Sequences.from_index(dataset.index))")
-    if (on_error or dataset.on_error) == "skip":
-        raise ConfigError("DaliLoader: on_error='skip' cannot apply to clips: replacing a bad frame by another "
-                          "sample of its class would put a foreign frame in the clip; use on_error='raise' (the "
-                          "default: the bad frame is named) and remove or fix the file")
-    return sampler.clip_len
 
 
 def _tune_workers(dataset, batch_size: int, chosen: str, **kwargs) -> tuple[int, dict]:
@@ -68,7 +51,7 @@ def _tune_workers(dataset, batch_size: int, chosen: str, **kwargs) -> tuple[int,
     return choose_workers(make_loader, dataset, batch_size, chosen)
 
 
-class DaliLoader(EpochLoaderMixin):
+class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, TelemetryMixin):
     """Drop-in for ``DataLoader`` over an :class:`ImageDataset`, on DALI when it can.
 
     One facade over two executors: DALI's graph (GPU or CPU operators) or OpenCV in DataLoader
@@ -240,100 +223,6 @@ class DaliLoader(EpochLoaderMixin):
         self._epoch_chosen = True
         self._epoch_planned = False
 
-    # ------------------------------------------------------------------ data changes between epochs
-    def exclude(self, samples, from_epoch: int | None = None) -> int:
-        """Stop drawing ``samples`` from the next epoch on (or from ``from_epoch``); returns that epoch.
-
-        Args:
-            samples: sample positions in the index, or file paths (relative to the index root, or
-                absolute under it): one, or an iterable of them. A file excluded stays excluded in a
-                later index (:meth:`update_index`) that still holds it.
-            from_epoch: the first epoch without them. Default: the epoch after the selected one (the
-                running one mid-epoch, the one just finished between passes). Every rank must make
-                the same change from the same epoch: pass it explicitly in distributed runs.
-
-        Why at an epoch boundary: an epoch's draw is a pure function of (seed, epoch, data
-        schedule), the same on every rank and in a resumed run. A change inside a running epoch
-        would make it depend on when the change was made, which differs between ranks and between
-        a run and its resumption. So the running epoch is never changed; ``len(loader)`` changes at
-        ``from_epoch`` only; a balanced sampler re-balances the classes over the samples left; the
-        change is recorded in :meth:`state_dict` (by path) and replayed by :meth:`load_state_dict`.
-
-        Raises:
-            ConfigError: a sampler other than :class:`WeightedSampler` (the default one is), a
-                ``from_epoch`` whose pass has begun, a sample not in the index, or too few left.
-        """
-        sampler = self._weighted_sampler("exclude")
-        start = self._change_epoch(from_epoch, "exclude")
-        sampler.exclude(samples, from_epoch=start)
-        return start
-
-    def update_index(self, index, from_epoch: int | None = None) -> int:
-        """Draw from ``index`` from the next epoch on (or from ``from_epoch``); returns that epoch.
-
-        ``index`` is typically ``loader.dataset.index.update()``: files added since are appended and
-        can be drawn from then on, removed ones are gone, unchanged ones keep their order. Its classes
-        must start with the current ones (class ids keep their meaning). At that epoch the loader
-        switches to a dataset over ``index`` (the same augmentation, seed and ``on_error``) and starts
-        its workers again (once per index change: DALI's and torch's workers hold the index).
-        The same rules as :meth:`exclude`: from an epoch boundary on, recorded in the state (by the
-        index's fingerprint: a resumed run passes the same index again with this method, before that
-        epoch).
-
-        Raises:
-            ConfigError: as :meth:`exclude`; classes that do not extend the current ones;
-                ``mode="weights"`` (per-sample weights cannot follow another index).
-        """
-        sampler = self._weighted_sampler("update_index")
-        start = self._change_epoch(from_epoch, "update_index")
-        sampler.update_index(index, from_epoch=start)
-        return start
-
-    def _weighted_sampler(self, what: str) -> WeightedSampler:
-        if not isinstance(self.sampler, WeightedSampler):
-            raise ConfigError(f"{what}: needs a WeightedSampler (the loader's default sampler is one), not "
-                              f"{type(self.sampler).__name__}: data changes are part of its pure draw")
-        return self.sampler
-
-    def _change_epoch(self, from_epoch, what: str) -> int:
-        """The first epoch a data change applies to: ``from_epoch``, or the one after the selected epoch;
-        never an epoch a pass has begun (its draws are planned, maybe partly yielded)."""
-        current = self._sampler_epoch()
-        if from_epoch is None:
-            return current + 1
-        start = check_epoch(from_epoch)
-        begun = self._epoch_planned or (self._progress_epoch == current and self._batches_done > 0) or \
-            (self._resume is not None and self._resume[0] == current and self._resume[1] > 0) or \
-            self._pending_offset(current) > 0
-        if start < current or (start == current and begun):
-            raise ConfigError(f"{what}(from_epoch={start}): epoch {current} has begun; a data change takes effect at an "
-                              f"epoch boundary: pass from_epoch={current + 1} or later (or leave it out)")
-        return start
-
-    def _use_dataset_of(self, epoch: int) -> None:
-        """Switch to a dataset over the index ``epoch`` draws from (after an ``update_index``), restarting
-        the executor's workers, which hold the dataset."""
-        if not isinstance(self.sampler, WeightedSampler) or len(self.sampler.schedule.generations) == 1:
-            return
-        index = self.sampler.index_at(epoch)
-        if index.fingerprint == self.dataset.index.fingerprint:
-            return
-        ds = self._datasets.get(index.fingerprint)
-        if ds is None:
-            old = self.dataset
-            ds = type(old)(index, old.spec, seed=old.seed, on_error=old.on_error,
-                           cache=getattr(old.reader, "cache", None) is not None)
-            self._datasets[index.fingerprint] = ds
-        ds.set_epoch(epoch)
-        if self._telemetry is not None:
-            self._telemetry.switch_executor(None)  # the old engine's time, read before it stops
-        self._executor.close()
-        self.dataset = ds
-        self._executor = self._make_executor(ds)
-        if self._telemetry is not None:
-            self._telemetry.switch_executor(self._executor)
-        log.info("DaliLoader: epoch %d draws from another index (%d samples): workers restarted", epoch, len(index))
-
     def _begin_pass(self) -> int:
         """Choose this pass's epoch: the one selected since the last pass, else the next one.
 
@@ -469,51 +358,6 @@ class DaliLoader(EpochLoaderMixin):
         self._account(batch.planned, batch.served, batch.positions)
         return (images, labels, *_sizes(batch.sizes)) + (() if meta is None else (meta,))
 
-    # ------------------------------------------------------------------ clips
-    def _clip_draws(self, epoch: int, n: int) -> np.ndarray | None:
-        """``[n, 2]`` (clip number, position) of this pass's clip draws (None without clips)."""
-        if not isinstance(self.sampler, ClipSampler):
-            return None
-        clips, positions = self.sampler.rank_draw(epoch)
-        return np.stack([clips, positions], axis=1)[:n]
-
-    def _clip_output(self, batch: Batch, images: torch.Tensor, per_draw) -> tuple:
-        """One batch of ``B * T`` frames regrouped as ``[B, T, C, H, W]``, labelled by clip ``[B]``."""
-        T = self.clip_len
-        b = self._batches_done
-        draws = self._pass_clips[b * self.batch_size:(b + 1) * self.batch_size]
-        positions = batch.positions.reshape(-1, T)
-        if (len(batch.positions) != len(draws) * T or not (positions == positions[:, :1]).all()
-                or not np.array_equal(positions[:, 0], draws[:, 1])):
-            raise RuntimeError(f"batch {b}: the executor returned frames of positions {batch.positions.tolist()} where "
-                               f"clips of positions {draws[:, 1].tolist()} were planned; this is a bug in dali_backend, "
-                               "please report it")
-        clips = draws[:, 0]
-        frames = self.sampler.frames(clips)
-        if not np.array_equal(batch.served.reshape(-1, T), frames):
-            raise RuntimeError("the executor served other frames than the clips planned; this is a bug in "
-                               "dali_backend, please report it")
-        images = images.reshape(len(clips), T, *images.shape[1:])
-        labels = torch.from_numpy(self.sampler.labels[clips].copy()).to(batch.labels.device)
-        if self.batch_transform is not None:
-            images, labels = self.batch_transform(images, labels)
-        meta = self._clip_meta(batch, per_draw, clips) if self.return_meta else None
-        self._account(clips, clips, draws[:, 1])
-        sizes = None if batch.sizes is None else batch.sizes.reshape(len(clips), T, 2)
-        return (images, labels, *_sizes(sizes)) + (() if meta is None else (meta,))
-
-    def _clip_meta(self, batch: Batch, per_draw, clips: np.ndarray) -> dict:
-        """``return_meta`` for clips: per clip (``[B]``) and per frame (``[B, T]``, lists of B lists of T)."""
-        T, n = self.clip_len, len(clips)
-        frame_meta = self._batch_meta(batch, per_draw)
-        as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
-        return {"clip": as_tensor(clips), "sequence": as_tensor(self.sampler.clip_sequence[clips]),
-                "index": frame_meta["index"].reshape(n, T), "planned": frame_meta["planned"].reshape(n, T),
-                "epoch": frame_meta["epoch"].reshape(n, T)[:, 0].contiguous(),
-                "position": frame_meta["position"].reshape(n, T)[:, 0].contiguous(),
-                "path": [frame_meta["path"][k * T:(k + 1) * T] for k in range(n)],
-                "params": [frame_meta["params"][k * T:(k + 1) * T] for k in range(n)]}
-
     def _run(self, epoch: int, rows: np.ndarray):
         # the key names the plan so that batches DALI prepared ahead are used only for that very plan: the
         # sampler and its data schedule's version (a change since makes them stale); none after an elastic
@@ -524,41 +368,6 @@ class DaliLoader(EpochLoaderMixin):
         elif isinstance(self.sampler, ClipSampler):
             key = (id(self.sampler), epoch, self._batches_done)
         return self._executor.run(rows, key, self._rows)
-
-    # ------------------------------------------------------------------ telemetry
-    def metrics(self) -> dict:
-        """Live telemetry of this loader, JSON-able: is the training loop waiting for data
-        (``data_wait_fraction``), the throughput, and what each stage costs per image, with how it
-        was measured. Names, units and meanings: :data:`dali_backend.telemetry.METRICS`."""
-        return self._live_telemetry().snapshot()
-
-    def _live_telemetry(self) -> LoaderTelemetry:
-        if self._telemetry is None:
-            raise ConfigError("this DaliLoader was made with telemetry=False; make it with telemetry=True (the "
-                              "default) for metrics(), report() and metrics hooks")
-        return self._telemetry
-
-    def on_metrics(self, callback, every_s: float = 10.0) -> None:
-        """Call ``callback(loader.metrics())`` after a batch, at most every ``every_s`` seconds (an exporter:
-        TensorBoard, a logger, anything)."""
-        if not (isinstance(every_s, (int, float)) and not isinstance(every_s, bool) and every_s >= 0):
-            raise ConfigError(f"every_s={every_s!r}; must be a number of seconds >= 0")
-        if not callable(callback):
-            raise ConfigError(f"callback={callback!r} is not callable; pass a function taking the metrics dict")
-        self._live_telemetry().every(every_s, callback)
-
-    def report(self, metrics: dict | None = None) -> str:
-        """What limits this loader's throughput, in plain words, with the numbers and what to change: the
-        training loop, storage, or the loader's CPU (which stage). Call it after some training batches;
-        ``metrics``: a :meth:`metrics` result to judge (default: now)."""
-        import os
-
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-        return verdict(self.metrics() if metrics is None else metrics, cores)
-
-    def log_metrics(self, every_s: float = 30.0, level: int = logging.INFO) -> None:
-        """Log one line of the headline metrics (logger ``dali_backend.metrics``) at most every ``every_s`` s."""
-        self.on_metrics(lambda m: logging.getLogger("dali_backend.metrics").log(level, "%s", format_line(m)), every_s)
 
     @property
     def _runner(self) -> _DaliRunner | None:

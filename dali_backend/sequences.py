@@ -125,7 +125,7 @@ class Sequences:
         seq_of = np.fromiter((seq_id[f] for f in folders), dtype=np.int64, count=len(folders))
         keys = [natural_key(f) for f in files]
         order = np.array(sorted(range(len(files)), key=lambda i: (seq_of[i], keys[i])), dtype=np.int64)
-        del keys, files, folders
+        keys = files = folders = None  # free the per-file lists before building the arrays
         return cls._grouped(index, names, seq_of, order, numbers, "folders")
 
     @classmethod

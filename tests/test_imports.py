@@ -72,6 +72,7 @@ CONTRACT = {"dali_backend._own", "dali_backend.errors", "dali_backend.strings", 
 # that cross between the facade and the executors (planned rows, Batch, BadDraw) and their protocol
 EXECUTORS = set()  # by package: dali_backend.dali (graph, wire, workers, devices, runner, hand-off) and fallback
 FACADE = {"dali_backend", "dali_backend.epochs", "dali_backend.loader", "dali_backend.telemetry", "dali_backend.autotune", "dali_backend.arguments",
+          "dali_backend.changes", "dali_backend.clipbatches",
           "dali_backend.exporters"}
 TOP = {"dali_backend.cli", "dali_backend.cliargs", "dali_backend.pictures", "dali_backend.__main__"}
 

@@ -1,0 +1,79 @@
+"""Clip batches on the loader: ``B * T`` frames from the executor regrouped as ``[B, T, C, H, W]``,
+checked against the clips planned, with their meta (a mixin of :class:`~dali_backend.loader.DaliLoader`);
+and the padded batches' valid sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .boundary import Batch
+from .clips import ClipSampler
+from .errors import ConfigError
+
+
+def _sizes(sizes: np.ndarray | None) -> tuple:
+    """The valid sizes a padded batch yields after its labels (int64 tensor), or nothing."""
+    return () if sizes is None else (torch.from_numpy(np.ascontiguousarray(sizes, dtype=np.int64)),)
+
+
+def _check_clips(dataset, sampler, on_error: str | None) -> int:
+    """Frames per draw: ``clip_len`` for a :class:`ClipSampler` over the dataset's index, else 1."""
+    if not isinstance(sampler, ClipSampler):
+        return 1
+    if sampler.index.fingerprint != dataset.index.fingerprint:
+        raise ConfigError("DaliLoader: the ClipSampler was built on another index than the dataset's; build both on "
+                          "the same SampleIndex (Sequences.from_index(dataset.index))")
+    if (on_error or dataset.on_error) == "skip":
+        raise ConfigError("DaliLoader: on_error='skip' cannot apply to clips: replacing a bad frame by another "
+                          "sample of its class would put a foreign frame in the clip; use on_error='raise' (the "
+                          "default: the bad frame is named) and remove or fix the file")
+    return sampler.clip_len
+
+
+class ClipBatchesMixin:
+    """Regrouping for a loader whose sampler is a :class:`ClipSampler` (``clip_len``, ``_pass_clips``)."""
+
+    def _clip_draws(self, epoch: int, n: int) -> np.ndarray | None:
+        """``[n, 2]`` (clip number, position) of this pass's clip draws (None without clips)."""
+        if not isinstance(self.sampler, ClipSampler):
+            return None
+        clips, positions = self.sampler.rank_draw(epoch)
+        return np.stack([clips, positions], axis=1)[:n]
+
+    def _clip_output(self, batch: Batch, images: torch.Tensor, per_draw) -> tuple:
+        """One batch of ``B * T`` frames regrouped as ``[B, T, C, H, W]``, labelled by clip ``[B]``."""
+        T = self.clip_len
+        b = self._batches_done
+        draws = self._pass_clips[b * self.batch_size:(b + 1) * self.batch_size]
+        positions = batch.positions.reshape(-1, T)
+        if (len(batch.positions) != len(draws) * T or not (positions == positions[:, :1]).all()
+                or not np.array_equal(positions[:, 0], draws[:, 1])):
+            raise RuntimeError(f"batch {b}: the executor returned frames of positions {batch.positions.tolist()} where "
+                               f"clips of positions {draws[:, 1].tolist()} were planned; this is a bug in dali_backend, "
+                               "please report it")
+        clips = draws[:, 0]
+        frames = self.sampler.frames(clips)
+        if not np.array_equal(batch.served.reshape(-1, T), frames):
+            raise RuntimeError("the executor served other frames than the clips planned; this is a bug in "
+                               "dali_backend, please report it")
+        images = images.reshape(len(clips), T, *images.shape[1:])
+        labels = torch.from_numpy(self.sampler.labels[clips].copy()).to(batch.labels.device)
+        if self.batch_transform is not None:
+            images, labels = self.batch_transform(images, labels)
+        meta = self._clip_meta(batch, per_draw, clips) if self.return_meta else None
+        self._account(clips, clips, draws[:, 1])
+        sizes = None if batch.sizes is None else batch.sizes.reshape(len(clips), T, 2)
+        return (images, labels, *_sizes(sizes)) + (() if meta is None else (meta,))
+
+    def _clip_meta(self, batch: Batch, per_draw, clips: np.ndarray) -> dict:
+        """``return_meta`` for clips: per clip (``[B]``) and per frame (``[B, T]``, lists of B lists of T)."""
+        T, n = self.clip_len, len(clips)
+        frame_meta = self._batch_meta(batch, per_draw)
+        as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
+        return {"clip": as_tensor(clips), "sequence": as_tensor(self.sampler.clip_sequence[clips]),
+                "index": frame_meta["index"].reshape(n, T), "planned": frame_meta["planned"].reshape(n, T),
+                "epoch": frame_meta["epoch"].reshape(n, T)[:, 0].contiguous(),
+                "position": frame_meta["position"].reshape(n, T)[:, 0].contiguous(),
+                "path": [frame_meta["path"][k * T:(k + 1) * T] for k in range(n)],
+                "params": [frame_meta["params"][k * T:(k + 1) * T] for k in range(n)]}
