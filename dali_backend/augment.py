@@ -8,12 +8,12 @@ parameters independent of worker ids, ``num_workers``, batch size and backend.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
+from .amplification import AmplificationWarning, _warn_amplification  # noqa: F401 (AmplificationWarning: re-exported)
 from .errors import ConfigError
 from .transforms import Clahe, ColorJitter, Grayscale, Normalize, RandomRotation, Resize, ToDtype, Transform
 from .transforms.base import Param, uniforms
@@ -332,14 +332,6 @@ class AugmentSpec:
         return 1 if self.color == "gray" else 3
 
     @property
-    def rotates(self) -> bool:
-        return self.ops is None and bool(self.rotate_deg)
-
-    @property
-    def jitters(self) -> bool:
-        return self.ops is None and bool(self.brightness or self.contrast)
-
-    @property
     def is_random(self) -> bool:
         return any(op.is_random for op in self.transforms)
 
@@ -433,45 +425,6 @@ class AugmentSpec:
         std = np.asarray(self.std, dtype=np.float64)
         mean = np.asarray(self.mean, dtype=np.float64)
         return (1.0 / (255.0 * std)).astype(np.float32), (-mean / std).astype(np.float32)
-
-
-class AmplificationWarning(UserWarning):
-    """An operation list where CLAHE follows an operation whose two backends can differ by a level:
-    the difference is amplified (docs: concepts/equivalence, "Compositions")."""
-
-
-# Operations after which the backends can differ by 1 level: on DALI's GPU kernels (their resampling
-# and rounding differ from the CPU's), and for RandomRotation and GaussianBlur also on its CPU
-# operators (the fallback's Resize and RandomResizedCrop are bit-exact with DALI's CPU fn.resize).
-_ONE_LEVEL = {"Resize": "the GPU", "RandomResizedCrop": "the GPU",
-              "RandomRotation": "DALI's CPU and GPU operators", "GaussianBlur": "DALI's CPU and GPU operators"}
-_WARNED: set[tuple[str, str]] = set()
-
-
-def _warn_amplification(ops: tuple[Transform, ...]) -> None:
-    """Warn (once per pair of operation types and process) when CLAHE comes after an operation of
-    :data:`_ONE_LEVEL`: a 1-level difference between the backends then becomes several (measured: up
-    to 14 levels; on tiles of a few pixels CLAHE maps by rank, up to 255 * k / pixels per tile).
-    A ColorJitter multiplies a difference by its gain only (3 levels at contrast 2-3, measured) and
-    does not warn: torchvision's own recipe puts ColorJitter(0.4, 0.4, 0.4) after RandomResizedCrop,
-    and a warning on every such recipe would teach users to ignore it (docs: concepts/equivalence, "Compositions")."""
-    pairs = []
-    for j, amp in enumerate(ops):
-        if amp.is_identity or not isinstance(amp, Clahe):
-            continue
-        for i, src in enumerate(ops[:j]):
-            name = type(src).__name__
-            if name in _ONE_LEVEL and not src.is_identity and (type(amp).__name__, name) not in _WARNED:
-                pairs.append((i, j))
-    if not pairs:
-        return
-    _WARNED.update((type(ops[j]).__name__, type(ops[i]).__name__) for i, j in pairs)
-    said = "; ".join(f"{type(ops[j]).__name__} (ops[{j}]) after {type(ops[i]).__name__} (ops[{i}]), which can differ "
-                     f"by 1 level on {_ONE_LEVEL[type(ops[i]).__name__]}" for i, j in pairs)
-    warnings.warn(f"AugmentSpec.ops: {said}. CLAHE amplifies such a difference between the DALI and fallback "
-                  "backends (measured up to 14 levels; more on images of a few pixels per CLAHE tile): see the docs, "
-                  "concepts/equivalence, 'Compositions'. Put Clahe before that operation to keep the backends equal.", AmplificationWarning,
-                  stacklevel=5)
 
 
 class AugParams(NamedTuple):

@@ -17,17 +17,15 @@ from pathlib import Path
 
 from .cliargs import (OneLineParser, operation_list, add_index_load_arguments, class_list, data_or_index, default_cache,
                       existing_dir, fraction, index_file, int_range, keyword_rules, load_data, output_dir, output_file,
-                      positive_int, run_command, size_wxh, text_encoding, verbosity_parent, milliseconds, workers_count)
+                      positive_int, run_command, size_wxh, text_encoding, verbosity_parent, milliseconds, workers_count, _encoded, _shown)
 from .errors import FallbackWarning
 from .index import check_output_path, write_atomic
-from .pictures import _histogram, _text, _write_image, crop_windows, letterbox_tile, save_preview
+from .pictures import MAX_PREVIEW_DRAWS, cmd_preview, save_preview
 
 log = logging.getLogger("dali_backend.cli")
 
 __all__ = ["build_parser", "default_cache", "main", "save_preview"]
 
-MAX_PREVIEW_DRAWS = 64
-DIFF_GAIN = 16  # the preview's difference column shows |fallback - DALI| multiplied by this
 
 
 # Options of `index` that apply to one way of labelling only: (attribute, flag, the builders that take it).
@@ -164,19 +162,6 @@ def _rejected_csv(rejected, ignored=()) -> bytes:
     return _encoded("\n".join(lines) + "\n")
 
 
-def _encoded(text: str) -> bytes:
-    """UTF-8 bytes of ``text``; a name that was not UTF-8 on disk gets its own bytes back."""
-    try:
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:  # a lone surrogate that is no escaped byte (a JSON "\\ud800")
-        return text.encode("utf-8", "backslashreplace")
-
-
-def _shown(text: str) -> str:
-    """``text`` printable on any stdout: bytes of names that are not UTF-8 on disk shown as ``\\xff``."""
-    return _encoded(text).decode("utf-8", "backslashreplace")
-
-
 def cmd_split(args) -> int:
     index = load_data(args.index, args.root, args.no_check, arg="index")
     train, val = index.split(args.val_fraction, seed=args.seed, stratify=args.stratify)
@@ -187,97 +172,6 @@ def cmd_split(args) -> int:
     for name, part in (("train", train), ("val", val)):
         counts = ", ".join(f"{c} {k}" for c, k in zip(part.classes, part.class_counts()))
         print(_shown(f"{name}: {len(part)} files ({counts})"))
-    return 0
-
-
-def cmd_preview(args) -> int:
-    """Original (with each crop's window drawn on it), fallback output, DALI output and their
-    amplified difference side by side for N draws, each with its file and parameters, plus the class
-    histogram. ``--ops`` takes the list you train with: ``Normalize``/``ToDtype`` are left out of the
-    picture (pixels are shown before normalisation), the rest runs as in training."""
-    import cv2
-    import numpy as np
-
-    from ._own import own
-
-    ImageDataset, ops = own("fallback.dataset").ImageDataset, own("fallback.ops")
-
-    from .augment import AugmentSpec
-    from .dali.devices import _dali_importable
-    from .loader import DaliLoader
-    from .sampler import WeightedSampler
-    from .transforms.crop import _Crop as _CropOp
-
-    index = load_data(args.data, args.root, args.no_check)
-    not_shown = []
-    if args.ops:
-        not_shown = [type(op).__name__ for op in args.ops if op.KIND == "output"]
-        spec = AugmentSpec(ops=[op for op in args.ops if op.KIND != "output"], dtype="uint8")
-    else:
-        spec = AugmentSpec(size=args.size, color=args.color, fit=args.fit, dtype="uint8")
-    ds = ImageDataset(index, spec, seed=args.seed)
-    sampler = WeightedSampler(index, seed=args.seed)
-    draws = sampler.draws()[: args.n]
-    fallback = [ds.load_uint8(d)[0] for d in draws]
-    columns = ["original", "fallback"]
-    dali_imgs = None
-    why_not = _dali_importable() if args.backend != "torch" else "--backend torch"
-    if why_not is None:
-        with warnings.catch_warnings():  # the column header names the backend that ran
-            warnings.simplefilter("ignore", FallbackWarning)
-            loader = DaliLoader(ds, batch_size=len(draws), sampler=draws, device="auto", backend="dali")
-        dali_imgs = next(iter(loader))[0].cpu().numpy()
-        columns += [loader.backend, f"|fallback - dali| x{DIFF_GAIN}"]
-        loader.close()
-    else:
-        log.debug("preview: no DALI column (%s)", why_not)
-    tw, th = spec.width, spec.height
-
-    def hwc(chw):
-        return chw[0] if spec.color == "gray" else chw.transpose(1, 2, 0)
-
-    rows = []
-    for k, d in enumerate(draws):
-        orig = ops.decode(ds.reader.read(d.index), spec.color)
-        params = spec.make_params(ds.seed, d.epoch, d.position, orig.shape[:2])
-        shown = orig if orig.ndim == 3 else cv2.cvtColor(orig, cv2.COLOR_GRAY2RGB)
-        shown = shown.copy()
-        thick = max(2, round(max(orig.shape[:2]) / max(tw, th)) * 2)
-        for _, (t, l, ch, cw) in crop_windows(spec, params, orig.shape[:2]):
-            cv2.rectangle(shown, (int(l), int(t)), (int(l + cw) - 1, int(t + ch) - 1), (255, 40, 40), thick)
-        tiles = [letterbox_tile(shown, tw, th), hwc(fallback[k])]
-        label = f"{index.classes[index.labels[d.index]]}  {index.paths[d.index]}"
-        if dali_imgs is not None:
-            diff = np.abs(fallback[k].astype(np.int16) - dali_imgs[k].astype(np.int16))
-            tiles += [hwc(dali_imgs[k]), hwc(np.clip(diff * DIFF_GAIN, 0, 255).astype(np.uint8))]
-            label += f"  max|diff| {int(diff.max())}"
-        tiles = [cv2.cvtColor(x, cv2.COLOR_GRAY2BGR) if x.ndim == 2 else cv2.cvtColor(np.ascontiguousarray(x), cv2.COLOR_RGB2BGR)
-                 for x in tiles]
-        label += "  " + "  ".join(op.describe(p) for op, p in zip(spec.transforms, params) if p)
-        bar = np.full((20, tw * len(tiles), 3), 255, np.uint8)
-        _text(bar, label, 4, 14, tw * len(tiles) - 8, 0.42)
-        rows.append(np.vstack([bar, np.hstack(tiles)]))
-    width = rows[0].shape[1]
-    recipe = np.full((18, width, 3), 255, np.uint8)
-    _text(recipe, "ops: " + " > ".join(repr(op) if len(spec.transforms) < 3 else type(op).__name__
-                                      for op in spec.transforms)
-          + (f"  (not shown: {', '.join(not_shown)}; pixels before normalisation)" if not_shown else "")
-          + ("  red: crop window on the original" if any(isinstance(op, _CropOp) for op in spec.transforms) else ""),
-          4, 13, width - 8, 0.4)
-    head = np.full((22, width, 3), 255, np.uint8)
-    for c, name in enumerate(columns):
-        _text(head, name, c * tw + 4, 16, tw - 8)
-    parts = [recipe, head]
-    if dali_imgs is not None:
-        legend = np.full((18, width, 3), 255, np.uint8)
-        _text(legend, f"last column: |fallback - DALI| per pixel x{DIFF_GAIN} (black: identical, white: "
-                      f">= {256 // DIFF_GAIN} levels apart)", 4, 13, width - 8, 0.4)
-        parts.append(legend)
-    counts = np.bincount(index.labels[sampler.global_draw()], minlength=len(index.classes))
-    grid = np.vstack([*parts, *rows, _histogram(index.classes, counts, width, max(120, th // 2))])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    _write_image(args.out, grid)
-    print(_shown(f"preview of {len(draws)} draws ({', '.join(columns)}) written to {args.out}"))
     return 0
 
 

@@ -427,3 +427,16 @@ def load_data(path: Path, root: Path | None = None, no_check: bool = False, prog
         return SampleIndex.load(path, root=root, check="none" if no_check else "stat")
     except (IndexBuildError, IndexFileError, StaleIndexError) as e:
         raise type(e)(f"{arg} {str(path)!r}: {e}") from e
+
+
+def _encoded(text: str) -> bytes:
+    """UTF-8 bytes of ``text``; a name that was not UTF-8 on disk gets its own bytes back."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that is no escaped byte (a JSON "\\ud800")
+        return text.encode("utf-8", "backslashreplace")
+
+
+def _shown(text: str) -> str:
+    """``text`` printable on any stdout: bytes of names that are not UTF-8 on disk shown as ``\\xff``."""
+    return _encoded(text).decode("utf-8", "backslashreplace")

@@ -246,11 +246,11 @@ def test_bench_subcommand_uses_the_same_parser(capsys):
 def test_preview_with_an_operation_list_shows_each_tiles_parameters(tmp_path, small_root, capsys, monkeypatch):
     import cv2
 
-    from dali_backend import cli
+    from dali_backend import pictures
 
     texts = []
-    real = cli._text
-    monkeypatch.setattr(cli, "_text", lambda img, text, *a, **k: (texts.append(text), real(img, text, *a, **k)))
+    real = pictures._text
+    monkeypatch.setattr(pictures, "_text", lambda img, text, *a, **k: (texts.append(text), real(img, text, *a, **k)))
     out = tmp_path / "p.png"
     rc = main(["-q", "preview", str(small_root), "--out", str(out), "--n", "2",
                "--ops", "RandomResizedCrop(40), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4)"])

@@ -14,7 +14,7 @@ import cv2
 import numpy as np
 import pytest
 
-from dali_backend import AugmentSpec, SampleIndex, WeightedSampler, augment
+from dali_backend import AugmentSpec, SampleIndex, WeightedSampler, amplification, augment
 from dali_backend import transforms as T
 from dali_backend.transforms import resample
 from fallback import ImageDataset, ops
@@ -277,7 +277,7 @@ def test_resize_then_clahe_through_both_loaders_is_exact(tmp_path):
 # ------------------------------------------------------------------------------------------- the warning
 @pytest.fixture
 def fresh_warnings(monkeypatch):
-    monkeypatch.setattr(augment, "_WARNED", set())
+    monkeypatch.setattr(amplification, "_WARNED", set())
 
 
 @pytest.mark.parametrize("op_list, named", [
