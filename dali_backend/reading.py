@@ -9,6 +9,13 @@ end-of-image marker follows. ``on_error="raise"`` turns a failure into
 the draw by another sample *of the same class*, chosen by a pure function of (seed, epoch, position),
 so both backends pick the same replacement and the class balance is kept; the replacement keeps the
 draw's position (and so its augmentation parameters) and is counted and reported.
+
+A URL root (``s3://...``) is read through :class:`~dali_backend.storage.client.Bucket`: each GET is
+conditional on the ETag recorded at indexing (an object overwritten since is refused by the server,
+``BadImageError`` "object changed since indexing"), retried with backoff on throttling and transient
+errors, and the client is created in each worker process (fork-safe). With ``cache_dir`` the bytes go
+through a :class:`~dali_backend.storage.cache.DiskCache` keyed by (URL, ETag, size), or (path, mtime,
+size) for a folder.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from numpy.typing import NDArray
 
 from .errors import BadImageError, ConfigError
 from .jpeg import EOI, SOI, header_refusal
+from .storage.cache import DiskCache
 
 log = logging.getLogger("dali_backend")
 OnError = Literal["raise", "skip"]
@@ -51,7 +59,8 @@ class EncodedCache:
     cannot be read while building are left out and read from disk (and checked) when drawn.
     """
 
-    def __init__(self, paths: list[str], sizes: NDArray[np.int64]):
+    def __init__(self, paths: list[str], sizes: NDArray[np.int64],
+                 fetch: Callable[[int], NDArray[np.uint8] | bytes | None] | None = None):
         self.offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
         np.cumsum(sizes, out=self.offsets[1:])
         self.present = np.zeros(len(sizes), dtype=bool)
@@ -59,7 +68,18 @@ class EncodedCache:
         self._shm = shared_memory.SharedMemory(create=True, size=max(1, self.nbytes))
         self._finalizer = weakref.finalize(self, EncodedCache._release, self._shm, os.getpid())
         buf = np.ndarray((max(1, self.nbytes),), dtype=np.uint8, buffer=self._shm.buf)
-        for i, path in enumerate(paths):
+        if fetch is not None:  # objects in a bucket: fetched concurrently, checked later like any read
+            from concurrent.futures import ThreadPoolExecutor
+
+            def fill(i: int) -> None:
+                data = fetch(i)
+                if data is not None and len(data) == sizes[i]:
+                    buf[self.offsets[i]:self.offsets[i + 1]] = np.frombuffer(data, dtype=np.uint8)
+                    self.present[i] = True
+
+            with ThreadPoolExecutor(32) as pool:
+                list(pool.map(fill, range(len(sizes))))
+        for i, path in enumerate(paths if fetch is None else ()):
             try:
                 with open(path, "rb") as f:
                     n = f.readinto(memoryview(buf[self.offsets[i]:self.offsets[i + 1]]))
@@ -115,24 +135,76 @@ class SampleReader:
     """
 
     def __init__(self, root: str, path_data: NDArray[np.uint8], path_offsets: NDArray[np.int64],
-                 labels: NDArray[np.int64], sizes: NDArray[np.int64], seed: int, cache: EncodedCache | None = None):
+                 labels: NDArray[np.int64], sizes: NDArray[np.int64], seed: int, cache: EncodedCache | None = None,
+                 bucket=None, etags=None, mtimes: NDArray[np.int64] | None = None, disk: DiskCache | None = None):
         self.root, self.path_data, self.path_offsets = root, path_data, path_offsets
         self.labels, self.sizes, self.seed, self.cache = labels, sizes, int(seed), cache
+        self.bucket, self.etags, self.mtimes, self.disk = bucket, etags, mtimes, disk
         self.refused: dict[int, str] = {}
 
     @classmethod
-    def for_index(cls, index, seed: int, cache: bool = False) -> SampleReader:
-        store = EncodedCache([index.abspath(i) for i in range(len(index))], index.sizes) if cache else None
-        return cls(index.root, index.paths.data, index.paths.offsets, index.labels, index.sizes, seed, store)
+    def for_index(cls, index, seed: int, cache: bool = False, cache_dir: str | os.PathLike | None = None,
+                  cache_limit_bytes: int | None = None) -> SampleReader:
+        disk = DiskCache(cache_dir, cache_limit_bytes) if cache_dir is not None else None
+        if cache_dir is None and cache_limit_bytes is not None:
+            raise ConfigError("cache_limit_bytes bounds the disk cache: pass cache_dir= too (a folder on a local disk)")
+        reader = cls(index.root, index.paths.data, index.paths.offsets, index.labels, index.sizes, seed, None,
+                     index.bucket(), index.etags, index.mtimes, disk)
+        if cache:
+            fetch = None
+            if reader.bucket is not None:
+                def fetch(i: int) -> bytes | None:
+                    data, reason = reader._fetch(i)
+                    return None if reason else data
+            reader.cache = EncodedCache([index.abspath(i) for i in range(len(index))], index.sizes, fetch)
+        return reader
+
+    def rel(self, i: int) -> str:
+        return self.path_data[self.path_offsets[i]:self.path_offsets[i + 1]].tobytes().decode("utf-8", "surrogateescape")
 
     def path(self, i: int) -> str:
-        rel = self.path_data[self.path_offsets[i]:self.path_offsets[i + 1]].tobytes().decode("utf-8", "surrogateescape")
-        return os.path.join(self.root, rel)
+        """The file's path, or the object's URL."""
+        return os.path.join(self.root, self.rel(i))
 
-    def problem(self, i: int, data: NDArray[np.uint8] | None, error: OSError | None = None) -> str | None:
+    def _version(self, i: int) -> str:
+        """What identifies the indexed version of sample ``i`` in the disk cache: its ETag, or its mtime."""
+        if self.etags is not None and self.etags[i]:
+            return self.etags[i]
+        return f"mtime:{int(self.mtimes[i])}" if self.mtimes is not None else ""
+
+    def _fetch(self, i: int) -> tuple[bytes | NDArray[np.uint8] | None, str | None]:
+        """``(bytes, None)`` or ``(None, why not)``: from the disk cache, the bucket or the file."""
+        from .storage.client import ObjectChanged, ObjectMissing
+
+        name, version = self.path(i), self._version(i)
+        if self.disk is not None:
+            data = self.disk.get(name, version, int(self.sizes[i]))
+            if data is not None:
+                return data, None
+        try:
+            if self.bucket is not None:
+                etag = self.etags[i] if self.etags is not None and self.etags[i] else None
+                data = self.bucket.get(self.rel(i), etag)[0]
+            else:
+                data = read_regular_file(name)
+        except ObjectChanged:
+            return None, "object changed since indexing (overwritten: its ETag differs)"
+        except ObjectMissing:
+            return None, "missing (no such object)"
+        except OSError as e:  # StorageError too: its message names the URL and the reason after the retries
+            text = str(e).split(": ", 1)[1] if self.bucket is not None and ": " in str(e) else (e.strerror or str(e))
+            return None, f"unreadable ({text})"
+        if self.disk is not None and len(data) == self.sizes[i]:  # only what the checks can pass is kept
+            self.disk.put(name, version, bytes(data))
+        return data, None
+
+    def problem(self, i: int, data: NDArray[np.uint8] | None, error: OSError | str | None = None) -> str | None:
         """What is wrong with sample ``i``'s bytes, or None."""
+        if isinstance(error, str):
+            return error
         if error is not None:
             return f"unreadable ({error.strerror or error})"
+        data = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else data
         if data.size != self.sizes[i]:
             return f"file changed since indexing (size {self.sizes[i]} -> {data.size} bytes)"
         if data[:2].tobytes() != SOI:
@@ -150,14 +222,17 @@ class SampleReader:
             raise BadImageError(self.path(i), i, int(self.labels[i]), epoch, self.refused[i])
         data, err = (self.cache.get(i) if self.cache is not None else None), None
         if data is None:
-            try:
-                data = read_regular_file(self.path(i))
-            except OSError as e:
-                err = e
+            if self.bucket is not None or self.disk is not None:
+                data, err = self._fetch(i)
+            else:
+                try:
+                    data = read_regular_file(self.path(i))
+                except OSError as e:
+                    err = e
         reason = self.problem(i, data, err)
         if reason:
             raise BadImageError(self.path(i), i, int(self.labels[i]), epoch, reason)
-        return data
+        return np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else data
 
     def replacements(self, i: int, epoch: int, position: int) -> NDArray[np.int64]:
         """Candidates replacing sample ``i`` at (epoch, position): same class, a pure function of both."""
