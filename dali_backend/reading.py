@@ -39,6 +39,8 @@ log = logging.getLogger("dali_backend")
 OnError = Literal["raise", "skip"]
 SERVED_BAD = -2  # the "served" index of a draw whose file was bad under on_error="raise" (both executors)
 MAX_REPLACEMENTS = 32
+PREFETCH_THREADS = 16  # concurrent GETs per reader process (a URL root): what hides the network's latency
+MAX_PREFETCHED = 256  # fetched-ahead samples held per process at most (oldest dropped first)
 _REPLACE_STREAM = 0x5C1
 T = TypeVar("T")
 
@@ -141,6 +143,39 @@ class SampleReader:
         self.labels, self.sizes, self.seed, self.cache = labels, sizes, int(seed), cache
         self.bucket, self.etags, self.mtimes, self.disk = bucket, etags, mtimes, disk
         self.refused: dict[int, str] = {}
+        self._ahead_pid: int | None = None
+        self._pool = None
+        self._ahead: dict = {}
+
+    def __getstate__(self):  # spawned workers: never the fetching threads or their results
+        state = self.__dict__.copy()
+        state.update(_ahead_pid=None, _pool=None, _ahead={})
+        return state
+
+    def prefetch(self, indices) -> None:
+        """Start fetching samples ``indices`` in this process's threads (a URL root only; a no-op for a
+        folder or samples held in RAM): the executors call it with a batch's draws, so a batch waits
+        for the network about once, not once per sample. :meth:`read` takes the results; what it does
+        not take is dropped after :data:`MAX_PREFETCHED` newer ones."""
+        if self.bucket is None:
+            return
+        pid = os.getpid()
+        if self._ahead_pid != pid:  # threads do not survive a fork: new ones, and nothing of the parent's
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool, self._ahead, self._ahead_pid = ThreadPoolExecutor(PREFETCH_THREADS), {}, pid
+        for i in indices:
+            i = int(i)
+            if i in self._ahead or i in self.refused or (self.cache is not None and self.cache.present[i]):
+                continue
+            self._ahead[i] = self._pool.submit(self._fetch, i)
+            while len(self._ahead) > MAX_PREFETCHED:
+                self._ahead.pop(next(iter(self._ahead)))
+
+    def _fetched(self, i: int):
+        """``_fetch(i)``'s result: from a prefetch started earlier in this process, or fetched now."""
+        future = self._ahead.pop(i, None) if self._ahead_pid == os.getpid() else None
+        return future.result() if future is not None else self._fetch(i)
 
     @classmethod
     def for_index(cls, index, seed: int, cache: bool = False, cache_dir: str | os.PathLike | None = None,
@@ -223,7 +258,7 @@ class SampleReader:
         data, err = (self.cache.get(i) if self.cache is not None else None), None
         if data is None:
             if self.bucket is not None or self.disk is not None:
-                data, err = self._fetch(i)
+                data, err = self._fetched(i)
             else:
                 try:
                     data = read_regular_file(self.path(i))

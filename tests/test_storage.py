@@ -325,3 +325,57 @@ def test_throttling_is_retried_with_backoff(s3, s3_defects):
         assert s3.proxy.stats()["faults"] == 1  # not retried
     finally:
         s3.proxy.configure()
+
+
+# ------------------------------------------------------------------------------------------ the server goes away
+FAST_FAIL = {"retries": 2, "backoff_s": 0.05, "connect_timeout": 1, "timeout": 2}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_a_server_killed_mid_epoch_is_a_typed_error_naming_the_url(s3, s3_defects, backend):
+    """The proxy (the only way to the data) is SIGKILLed after the first batch: the loader raises a typed
+    error naming an object's URL within the timeout, after yielding only whole, correct batches."""
+    from bench.s3local import Proxy
+
+    proxy = Proxy(s3.server.endpoint)
+    try:
+        index = SampleIndex.from_folder(s3_defects, storage_options={**FAST_FAIL, "endpoint_url": proxy.endpoint},
+                                        progress=False)
+        loader = DaliLoader(ImageDataset(index, AugmentSpec(size=16)), batch_size=2, num_workers=1, timeout=20,
+                            **BACKENDS[backend])
+        batches, t0 = 0, None
+        try:
+            with pytest.raises((BadImageError, StorageError)) as e:
+                for _, labels in loader:
+                    batches += 1
+                    if t0 is None:
+                        proxy.kill()
+                        t0 = time.monotonic()
+        finally:
+            loader.close()
+        assert time.monotonic() - t0 < 20 and 1 <= batches < 30
+        assert s3_defects in str(e.value) and "could not connect" in str(e.value)
+        if isinstance(e.value, BadImageError):
+            assert e.value.path.startswith(s3_defects + "/")
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_a_server_that_stops_answering_is_bounded_by_the_loader_timeout(s3, s3_defects, backend):
+    from dali_backend.errors import LoaderTimeoutError
+
+    index = SampleIndex.from_folder(s3_defects, storage_options={"timeout": 60}, progress=False)
+    loader = DaliLoader(ImageDataset(index, AugmentSpec(size=16)), batch_size=4, num_workers=1, timeout=3,
+                        **BACKENDS[backend])
+    s3.proxy.configure(faults=[{"action": "hang", "hang_s": 30, "method": "GET"}])
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(LoaderTimeoutError):
+            next(iter(loader))
+        assert time.monotonic() - t0 < 15
+    finally:
+        s3.proxy.configure()
+        loader.close()

@@ -47,6 +47,7 @@ class Col(IntEnum):
 KIND_DRAW, KIND_PAD = Kind.DRAW, Kind.PAD
 ROW = Col.KIND + 1  # columns in the ring
 WAIT_TIMEOUT_S = 600.0
+PREFETCH_SLOTS = 32  # slots ahead whose samples a reader worker fetches concurrently (a URL root)
 
 # A valid 8x8 gray JPEG: what padding slots decode (cheap, never a real sample).
 PAD_JPEG = bytes.fromhex(
@@ -133,10 +134,26 @@ class DrawSource:
         self.__dict__.update(state)
         become_worker(self.parent)
 
+    def _prefetch(self, slot: int) -> None:
+        """Start fetching the samples of this slot and of the next ones already scheduled (rows the
+        loader wrote ahead), so one worker keeps :data:`~dali_backend.reading.PREFETCH_THREADS` requests
+        in flight. Only hides latency: every sample is still served by :meth:`__call__` in slot order."""
+        rows = self.ring.rows
+        ahead = []
+        for s in range(slot, slot + min(PREFETCH_SLOTS, self.ring.capacity)):
+            r = rows[s % self.ring.capacity]
+            if r[Col.SLOT] != s:
+                break
+            if r[Col.KIND] == KIND_DRAW:
+                ahead.append(int(r[Col.INDEX]))
+        self.reader.prefetch(ahead)
+
     def __call__(self, sample_info):
         row = self.ring.read(sample_info.idx_in_epoch)
         _, index, epoch, position, kind = (int(v) for v in row)
         pad = kind == KIND_PAD
+        if not pad and self.reader.bucket is not None:
+            self._prefetch(sample_info.idx_in_epoch)
         if not pad:
             try:
                 served, data = self.reader.serve(index, epoch, position, self.on_error,
