@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 
 from .cliargs import (OneLineParser, operation_list, add_index_load_arguments, class_list, data_or_index, default_cache,
-                      existing_dir, fraction, index_file, int_range, keyword_rules, load_data, output_dir, output_file,
+                      dir_or_url, existing_dir, fraction, index_file, int_range, keyword_rules, load_data, output_dir, output_file,
                       positive_int, run_command, size_wxh, text_encoding, verbosity_parent)
 from .errors import FallbackWarning, OutputFileError
 from .index import check_output_path, write_atomic
@@ -60,7 +60,7 @@ def _check_index_flags(args) -> str:
                               "rules (sorted); drop --classes, or name the classes in --keyword-rules")
         if how == "keywords" and attr == "split":
             raise ConfigError(f"{flag} {args.split} does not apply with {_INDEX_HOW[how]} (keyword labelling has no "
-                              f"splits); drop it, or pass the split's folder as ROOT ({args.root / args.split})")
+                              f"splits); drop it, or pass the split's folder as ROOT ({args.root}/{args.split})")
         if how == "manifest" and attr == "allow_outside_symlinks":
             raise ConfigError(f"{flag} does not apply with --manifest: every manifest entry must resolve inside ROOT; "
                               "drop it, or pass as ROOT a folder that contains the files")
@@ -443,8 +443,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "--keyword-rules replaces them). An ASCII keyword matches a whole word; any other keyword (e.g. "
                    "划痕) matches inside a name. Errors name these flags; rejected and ignored files are listed in "
                    "OUT.rejected.csv.")
-    i.add_argument("root", type=existing_dir, metavar="ROOT",
-                   help="data root (ROOT/<class>/**/*.jpg, or the folder the manifest's paths are relative to)")
+    i.add_argument("root", type=dir_or_url, metavar="ROOT",
+                   help="data root (ROOT/<class>/**/*.jpg, or the folder the manifest's paths are relative to): a "
+                        "folder or an s3://bucket/prefix URL (credentials and endpoint from AWS_* variables or "
+                        "an AWS profile)")
     i.add_argument("--out", type=output_file, required=True, help="index file to write (.npz)")
     i.add_argument("--split", help="split folder (ROOT/<split>/<class>/...) or value of the manifest's split column")
     i.add_argument("--classes", type=class_list, metavar="NAMES",

@@ -379,3 +379,22 @@ def test_a_server_that_stops_answering_is_bounded_by_the_loader_timeout(s3, s3_d
     finally:
         s3.proxy.configure()
         loader.close()
+
+
+# ------------------------------------------------------------------------------------------ command line
+def test_the_command_line_takes_urls(s3, s3_defects, tmp_path, capsys):
+    from conftest import run_cli
+
+    out = tmp_path / "i.npz"
+    rc, stdout, err = run_cli(["index", s3_defects, "--out", str(out)], capsys)
+    assert rc == 0 and "index of 60 files" in stdout, err
+    assert SampleIndex.load(out).root == s3_defects
+    rc, stdout, err = run_cli(["split", str(out), "--val-fraction", "0.25", "--train-out", str(tmp_path / "t.npz"),
+                               "--val-out", str(tmp_path / "v.npz"), "--root", s3_defects], capsys)
+    assert rc == 0, err
+    assert SampleIndex.load(tmp_path / "v.npz").etags is not None
+    rc, _, err = run_cli(["index", "s3://key:hunter2secret@defects/x", "--out", str(out)], capsys)
+    assert rc == 2 and "hunter2secret" not in err and "credentials in a URL are refused" in err
+    assert len(err.strip().splitlines()) == 1
+    rc, _, err = run_cli(["index", "s3://no-such-bucket-here/x", "--out", str(out)], capsys)
+    assert rc == 2 and "s3://no-such-bucket-here/x" in err and len(err.strip().splitlines()) == 1
