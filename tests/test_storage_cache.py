@@ -107,11 +107,13 @@ def test_the_cache_stays_under_its_limit_least_recently_used_first(tmp_path, def
     names = list(blobs)
     for name in names[:9]:  # 9 KB: under the limit
         cache.put(name, '"e"', blobs[name])
-        time.sleep(0.01)  # distinct mtimes
     assert cache.total_bytes() == 9000
+    old = time.time() - 3600
+    for k, name in enumerate(names[:9]):  # written an hour ago, in this order (a hit refreshes an entry older
+        path = cache.entry(name, '"e"', 1000)  # than LRU_RESOLUTION_S)
+        os.utime(path, (old + k, old + k))
     assert cache.get(names[0], '"e"', 1000) == blobs[names[0]]  # used again: the most recent now
     for name in names[9:]:
-        time.sleep(0.01)
         cache.put(name, '"e"', blobs[name])
     assert cache.total_bytes() <= 10_000
     assert cache.get(names[0], '"e"', 1000) == blobs[names[0]] and cache.get(names[-1], '"e"', 1000) is not None

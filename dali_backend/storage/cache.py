@@ -12,7 +12,7 @@ known before it is opened. The rules that keep it safe without a lock held acros
   machine, or edited) is deleted and refetched, never decoded. The reader's JPEG checks then run on
   the bytes as on any read.
 * **Bounded, LRU**: a hit sets the entry's mtime (``os.utime``: access times are often not kept,
-  ``noatime``/``relatime``); when a process estimates the cache is over ``limit_bytes`` it lists the
+  ``noatime``/``relatime``), at most once per :data:`LRU_RESOLUTION_S`; when a process estimates the cache is over ``limit_bytes`` it lists the
   folder and deletes the least recently used entries down to 90 % of the limit. Each process
   re-lists after writing 1/8 of the limit, so several workers overshoot by at most about that each.
 * **Offline**: a cache holding every sample serves every read without the network (load the index
@@ -35,7 +35,8 @@ from ..errors import ConfigError
 
 log = logging.getLogger("dali_backend")
 
-STALE_TEMP_S = 3600.0  # a temporary file this old is removed even if its process id is in use again
+STALE_TEMP_S = 3600.0
+LRU_RESOLUTION_S = 60.0  # a hit refreshes an entry's mtime only when it is older than this (one write less per read)  # a temporary file this old is removed even if its process id is in use again
 _SUFFIX = ".part"
 
 
@@ -92,6 +93,7 @@ class DiskCache:
         path = self.entry(name, version, size)
         try:
             with open(path, "rb") as f:
+                mtime = os.fstat(f.fileno()).st_mtime
                 data = f.read(int(size) + 1)
         except OSError:
             return None
@@ -100,8 +102,9 @@ class DiskCache:
             with contextlib.suppress(OSError):
                 os.unlink(path)
             return None
-        with contextlib.suppress(OSError):
-            os.utime(path)  # last use, for the LRU order
+        if time.time() - mtime > LRU_RESOLUTION_S:
+            with contextlib.suppress(OSError):
+                os.utime(path)  # last use, for the LRU order
         return data
 
     def put(self, name: str, version: str, data: bytes) -> None:
