@@ -398,3 +398,24 @@ def test_the_command_line_takes_urls(s3, s3_defects, tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1
     rc, _, err = run_cli(["index", "s3://no-such-bucket-here/x", "--out", str(out)], capsys)
     assert rc == 2 and "s3://no-such-bucket-here/x" in err and len(err.strip().splitlines()) == 1
+
+
+def test_credentials_from_an_aws_profile(s3, s3_defects, tmp_path, monkeypatch):
+    """The standard chain: a named profile in ~/.aws/credentials (here AWS_SHARED_CREDENTIALS_FILE), with no
+    key in the environment; the profile's secret appears in no message."""
+    creds = tmp_path / "credentials"
+    creds.write_text("[plant7]\naws_access_key_id = testing\naws_secret_access_key = sk-PROFILE-0123456789\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "absent-config"))
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.setenv("AWS_PROFILE", "plant7")
+    index = SampleIndex.from_folder(s3_defects, progress=False)
+    assert len(index) == 60 and index.storage_options is None
+    monkeypatch.delenv("AWS_PROFILE")
+    with pytest.raises(StorageError, match="Unable to locate credentials"):  # the profile is what signed above
+        SampleIndex.from_folder(s3_defects, progress=False)
+    assert len(SampleIndex.from_folder(s3_defects, storage_options={"profile": "plant7"}, progress=False)) == 60
+    with pytest.raises(StorageError, match="could not configure the S3 client") as e:
+        SampleIndex.from_folder(s3_defects, storage_options={"profile": "other"}, progress=False)
+    assert "sk-PROFILE" not in str(e.value)
