@@ -419,3 +419,28 @@ def test_credentials_from_an_aws_profile(s3, s3_defects, tmp_path, monkeypatch):
     with pytest.raises(StorageError, match="could not configure the S3 client") as e:
         SampleIndex.from_folder(s3_defects, storage_options={"profile": "other"}, progress=False)
     assert "sk-PROFILE" not in str(e.value)
+
+
+def test_a_header_longer_than_the_first_range_reads_more_only_as_needed(s3, tmp_path):
+    """An APP1 segment of 40 KB before the frame header (EXIF thumbnails, ICC profiles): the check reads on
+    in ranges until the frame header, and still judges the file exactly as the local check does."""
+    from conftest import with_exif_orientation
+
+    base = with_exif_orientation(jpeg_bytes(60, 90, seed=4, color=True), 6)
+    filler = b"\xff\xe2" + (40002).to_bytes(2, "big") + b"ICC_PROFILE\x00" + bytes(40000 - 12)
+    big = base[:2] + filler + base[2:]
+    root = tmp_path / "d"
+    write(root / "a" / "long_header.jpg", big)
+    write(root / "a" / "plain.jpg", jpeg_bytes(seed=1))
+    write(root / "b" / "two_orientations.jpg", with_exif_orientation(big, 3))  # refused by its headers
+    url = upload(s3, root, "long-headers")
+    s3.proxy.stats(reset=True)
+    index = SampleIndex.from_folder(url, progress=False)
+    local = SampleIndex.from_folder(root, progress=False)
+    assert list(index.paths) == list(local.paths) == ["a/long_header.jpg", "a/plain.jpg"]
+    assert np.array_equal(index.widths, local.widths) and np.array_equal(index.heights, local.heights)
+    assert [(r.path, r.reason) for r in index.rejected] == [(r.path, r.reason) for r in local.rejected]
+    st = s3.proxy.stats()
+    # listing 1; plain.jpg 1; each long file: 16 KB, its tail, then one longer range: 3
+    assert st["requests"]["GET"] == 1 + 1 + 3 + 3, st
+    assert st["bytes"]["GET"] < 2 * len(big) + len(jpeg_bytes(seed=1)) + 8192

@@ -228,7 +228,7 @@ def check_object(bucket: Bucket, rel: str, info: ObjectInfo | None, verify: Veri
             nonlocal head
             if end is None:
                 return bucket.get(rel, etag)[0]
-            want = min(info.size, max(end, 2 * len(head)))
+            want = min(info.size, max(end + HEAD_RANGE, 2 * len(head)))  # the next segments too, in one request
             more, _ = bucket.get(rel, etag, len(head), want)
             head = head + more
             return head
