@@ -131,6 +131,16 @@ def _shown(text: str) -> str:
     return _encoded(text).decode("utf-8", "backslashreplace")
 
 
+def cmd_pack(args) -> int:
+    from .storage.pack import INDEX_NAME, pack
+
+    index = load_data(args.data, args.root, args.no_check)
+    packed = pack(index, args.out, shard_bytes=args.shard_mb << 20)
+    print(_shown(f"{len(packed)} samples packed into {len(packed.shards.names)} shards in {args.out}; index: "
+                 f"{args.out / INDEX_NAME}"))
+    return 0
+
+
 def cmd_split(args) -> int:
     index = load_data(args.index, args.root, args.no_check, arg="index")
     train, val = index.split(args.val_fraction, seed=args.seed, stratify=args.stratify)
@@ -468,6 +478,16 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--max-pixels", type=positive_int, default=100_000_000,
                    help="refuse files whose frame declares more pixels (default 100000000)")
     i.add_argument("--workers", type=positive_int, default=8, help="threads reading file headers (default 8)")
+
+    k = add("pack", cmd_pack, "write a data set into tar shards (WebDataset layout) with an index of (shard, offset, "
+                              "size): one range read per sample",
+            epilog="Upload OUT and load OUT/index.npz with --root s3://bucket/prefix (SampleIndex.load(..., "
+                   "root=...)) to read the shards from a bucket.")
+    k.add_argument("data", type=data_or_index, help="data root (a folder or an s3:// URL) or an index file")
+    k.add_argument("--out", type=output_dir, required=True, help="folder for the shards and index.npz")
+    k.add_argument("--shard-mb", type=positive_int, default=256, help="close a shard at this many MB of samples "
+                                                                      "(default 256)")
+    add_index_load_arguments(k)
 
     s = add("split", cmd_split, "split an index into train/val, stable as the data grows")
     s.add_argument("index", type=index_file, help="index file written by `index`")

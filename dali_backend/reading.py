@@ -128,6 +128,14 @@ def read_regular_file(path: str) -> NDArray[np.uint8]:
         os.close(fd)
 
 
+def read_range(path: str, start: int, size: int) -> bytes:
+    """``size`` bytes of the regular file ``path`` from ``start`` (fewer where the file ends sooner)."""
+    from .jpeg import open_regular
+
+    with open_regular(path) as f:
+        return os.pread(f.fileno(), size, start)
+
+
 class SampleReader:
     """Reads checked bytes of indexed samples. Plain arrays only: cheap to fork or pickle to workers.
 
@@ -138,10 +146,12 @@ class SampleReader:
 
     def __init__(self, root: str, path_data: NDArray[np.uint8], path_offsets: NDArray[np.int64],
                  labels: NDArray[np.int64], sizes: NDArray[np.int64], seed: int, cache: EncodedCache | None = None,
-                 bucket=None, etags=None, mtimes: NDArray[np.int64] | None = None, disk: DiskCache | None = None):
+                 bucket=None, etags=None, mtimes: NDArray[np.int64] | None = None, disk: DiskCache | None = None,
+                 shards=None):
         self.root, self.path_data, self.path_offsets = root, path_data, path_offsets
         self.labels, self.sizes, self.seed, self.cache = labels, sizes, int(seed), cache
         self.bucket, self.etags, self.mtimes, self.disk = bucket, etags, mtimes, disk
+        self.shards = shards  # index.shards: packed samples, each one range of a shard
         self.refused: dict[int, str] = {}
         self._ahead_pid: int | None = None
         self._pool = None
@@ -184,10 +194,10 @@ class SampleReader:
         if cache_dir is None and cache_limit_bytes is not None:
             raise ConfigError("cache_limit_bytes bounds the disk cache: pass cache_dir= too (a folder on a local disk)")
         reader = cls(index.root, index.paths.data, index.paths.offsets, index.labels, index.sizes, seed, None,
-                     index.bucket(), index.etags, index.mtimes, disk)
+                     index.bucket(), index.etags, index.mtimes, disk, index.shards)
         if cache:
             fetch = None
-            if reader.bucket is not None:
+            if reader.bucket is not None or reader.shards is not None:
                 def fetch(i: int) -> bytes | None:
                     data, reason = reader._fetch(i)
                     return None if reason else data
@@ -198,11 +208,16 @@ class SampleReader:
         return self.path_data[self.path_offsets[i]:self.path_offsets[i + 1]].tobytes().decode("utf-8", "surrogateescape")
 
     def path(self, i: int) -> str:
-        """The file's path, or the object's URL."""
+        """The file's path, or the object's URL; for a packed sample ``SHARD:relative/path.jpg``."""
+        if self.shards is not None:
+            return f"{os.path.join(self.root, self.shards.names[self.shards.ids[i]])}:{self.rel(i)}"
         return os.path.join(self.root, self.rel(i))
 
     def _version(self, i: int) -> str:
         """What identifies the indexed version of sample ``i`` in the disk cache: its ETag, or its mtime."""
+        if self.shards is not None:
+            sid = int(self.shards.ids[i])
+            return f"shard:{self.shards.sizes[sid]}:{int(self.shards.offsets[i])}"
         if self.etags is not None and self.etags[i]:
             return self.etags[i]
         return f"mtime:{int(self.mtimes[i])}" if self.mtimes is not None else ""
@@ -217,7 +232,14 @@ class SampleReader:
             if data is not None:
                 return data, None
         try:
-            if self.bucket is not None:
+            if self.shards is not None:  # one range of one shard
+                shard = self.shards.names[self.shards.ids[i]]
+                start, size = int(self.shards.offsets[i]), int(self.sizes[i])
+                if self.bucket is not None:
+                    data = self.bucket.get(shard, None, start, start + size)[0] if size else b""
+                else:
+                    data = read_range(os.path.join(self.root, shard), start, size)
+            elif self.bucket is not None:
                 etag = self.etags[i] if self.etags is not None and self.etags[i] else None
                 data = self.bucket.get(self.rel(i), etag)[0]
             else:
@@ -257,7 +279,7 @@ class SampleReader:
             raise BadImageError(self.path(i), i, int(self.labels[i]), epoch, self.refused[i])
         data, err = (self.cache.get(i) if self.cache is not None else None), None
         if data is None:
-            if self.bucket is not None or self.disk is not None:
+            if self.bucket is not None or self.disk is not None or self.shards is not None:
                 data, err = self._fetched(i)
             else:
                 try:

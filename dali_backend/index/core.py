@@ -23,6 +23,7 @@ from . import remote
 from .build import check_candidates, folder_candidates, keyword_candidates, manifest_candidates
 from .options import FORMAT_NAME, FORMAT_VERSION, Verify, _capped
 from .report import _grouped, _reason_kind, _rejected_digest
+from .shards import Shards, check_meta_shards, shards_from_arrays
 from .store import _check_meta, _damaged, _read_index_arrays, write_atomic
 from .walk import Rejected, _Candidates, _count
 
@@ -50,21 +51,26 @@ class SampleIndex:
             those of :attr:`ignored` (empty for an index saved before they were recorded).
         etags: each object's ETag at indexing time (a URL root), or None (a folder, or an index
             saved before ETags were recorded).
+        shards: where packed samples lie (``dali-backend pack``: tar shards, one range read per sample),
+            or None for loose files; see :mod:`.shards`.
         storage_options: credentials and settings for a URL root (never saved, printed or
             fingerprinted; pass them again to :meth:`load`).
         fingerprint: SHA-256 over classes, paths, labels, sizes and mtimes (and ETags when recorded).
     """
 
     __slots__ = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected",
-                 "ignored", "ignored_files", "etags", "storage_options", "fingerprint", "__weakref__")
+                 "ignored", "ignored_files", "etags", "storage_options", "shards", "fingerprint",
+                 "__weakref__")
 
     def __init__(self, root: str | os.PathLike, paths: StringTable, labels: NDArray[np.int64],
                  classes: Sequence[str], sizes: NDArray[np.int64], mtimes: NDArray[np.int64],
                  widths: NDArray[np.int32], heights: NDArray[np.int32],
                  rejected: Iterable[Rejected] = (), ignored: Mapping[str, int] | None = None,
                  ignored_files: Iterable[Rejected] = (), etags: StringTable | None = None,
-                 storage_options: Mapping | None = None):
+                 storage_options: Mapping | None = None, shards: Shards | None = None):
         n = len(paths)
+        if shards is not None and len(shards) != n:
+            raise ConfigError(f"SampleIndex: shards place {_count(len(shards), 'sample')} for {_count(n, 'path')}")
         if etags is not None and len(etags) != n:
             raise ConfigError(f"SampleIndex: etags has {_count(len(etags), 'entry', 'entries')} for {_count(n, 'path')}")
         arrays = {"labels": (labels, np.int64), "sizes": (sizes, np.int64), "mtimes": (mtimes, np.int64),
@@ -93,6 +99,7 @@ class SampleIndex:
         sa(self, "ignored_files", tuple(ignored_files))
         sa(self, "etags", etags)
         sa(self, "storage_options", dict(storage_options) if storage_options else None)
+        sa(self, "shards", shards)
         sa(self, "fingerprint", self._compute_fingerprint())
 
     def __setattr__(self, name, value):
@@ -193,6 +200,10 @@ class SampleIndex:
         if self.etags is not None:  # indexes without ETags keep the fingerprint they always had
             h.update(b"etags")
             for a in (self.etags.offsets, self.etags.data):
+                h.update(np.ascontiguousarray(a).tobytes())
+        if self.shards is not None:
+            h.update(json.dumps(self.shards.meta()).encode())
+            for a in (self.shards.ids, self.shards.offsets):
                 h.update(np.ascontiguousarray(a).tobytes())
         return h.hexdigest()
 
@@ -351,7 +362,7 @@ class SampleIndex:
         return SampleIndex(self.root, self._paths.take(pos), self.labels[pos], self.classes, self.sizes[pos],
                            self.mtimes[pos], self.widths[pos], self.heights[pos], self.rejected, self.ignored,
                            self.ignored_files, None if self.etags is None else self.etags.take(pos),
-                           self.storage_options)
+                           self.storage_options, None if self.shards is None else self.shards.take(pos))
 
     def split(self, val_fraction: float, seed: int = 0, *, stratify: bool = False) -> tuple[SampleIndex, SampleIndex]:
         """Split into ``(train, val)`` deterministically.
@@ -392,6 +403,9 @@ class SampleIndex:
         For a URL root: objects whose size or ETag differ, or are gone, from one listing of the root
         (no object is read).
         """
+        if self.shards is not None:  # packed: the shards are the files
+            listed = {o.rel: o.size for o in self.bucket().list()} if self.is_remote else None
+            return self.shards.changed(self.root, listed)
         if self.is_remote:
             return remote.changed_objects(self.bucket(), self._paths, self.sizes, self.etags,
                                           range(len(self)) if positions is None else positions)
@@ -436,6 +450,10 @@ class SampleIndex:
                   "meta": np.frombuffer(json.dumps(meta).encode("ascii"), dtype=np.uint8)}
         if self.etags is not None:  # storage_options are never saved: credentials stay out of index files
             arrays.update(etag_data=self.etags.data, etag_offsets=self.etags.offsets)
+        if self.shards is not None:
+            arrays.update(shard_ids=self.shards.ids, shard_offsets=self.shards.offsets)
+            meta["shards"] = self.shards.meta()
+            arrays["meta"] = np.frombuffer(json.dumps(meta).encode("ascii"), dtype=np.uint8)
         write_atomic(path, lambda f: np.savez(f, **arrays), what="index file")
 
     @classmethod
@@ -483,10 +501,17 @@ class SampleIndex:
                     raise _damaged(path, f"ETag offsets are inconsistent ({e_off.size} offsets for {n} samples and "
                                          f"{e_data.size} bytes of ETags)")
                 etags = StringTable(e_data, e_off)
+            shards = None
+            if ("shard_ids" in arrays) != ("shards" in meta) or ("shard_ids" in arrays) != ("shard_offsets" in arrays):
+                raise _damaged(path, "its shard arrays and shard list do not come together")
+            if "shards" in meta:
+                if not check_meta_shards(meta["shards"]):
+                    raise _damaged(path, "metadata field 'shards' is not a list of [name, size] pairs")
+                shards = shards_from_arrays(meta["shards"], arrays["shard_ids"], arrays["shard_offsets"])
             index = cls(root if root is not None else meta["root"], StringTable(data, offsets), arrays["labels"],
                         meta["classes"], arrays["sizes"], arrays["mtimes"], arrays["widths"], arrays["heights"],
                         [Rejected(p, r) for p, r in meta["rejected"]], meta["ignored"],
-                        [Rejected(p, r) for p, r in meta.get("ignored_files", [])], etags, storage_options)
+                        [Rejected(p, r) for p, r in meta.get("ignored_files", [])], etags, storage_options, shards)
         except ValueError as e:  # ConfigError: labels out of range, duplicate class names
             raise _damaged(path, str(e)) from None
         if index.fingerprint != meta["fingerprint"]:
@@ -508,7 +533,7 @@ class SampleIndex:
 
 
 _STATE_SLOTS = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected", "ignored",
-                "ignored_files", "etags", "storage_options", "fingerprint")
+                "ignored_files", "etags", "storage_options", "shards", "fingerprint")
 
 
 def _local_only(storage_options: Mapping | None) -> None:

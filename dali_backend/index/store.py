@@ -109,7 +109,7 @@ def _damaged(path: str | os.PathLike, what: str) -> IndexFileError:
 
 # Arrays an index file may hold or not: each object's ETag (a URL root), a string table like the paths.
 # Files written before they existed load without them.
-_OPTIONAL_ARRAYS = {"etag_data": np.uint8, "etag_offsets": np.int64}
+_OPTIONAL_ARRAYS = {"etag_data": np.uint8, "etag_offsets": np.int64, "shard_ids": np.int64, "shard_offsets": np.int64}
 
 
 # Inflated, a saved index's arrays together may hold at most this many times the file's size (save()
@@ -191,8 +191,8 @@ def _read_header(path: str | os.PathLike, zf: zipfile.ZipFile, members: Mapping[
 def _check_declared(path: str | os.PathLike, declared: Mapping[str, _Declared], file_size: int) -> None:
     """Raise IndexFileError unless the declared lengths agree and their total is plausible for the file."""
     n = declared["labels"].count
-    for name in _PER_SAMPLE:
-        if declared[name].count != n:
+    for name in _PER_SAMPLE + ("shard_ids", "shard_offsets"):
+        if name in declared and declared[name].count != n:
             raise _damaged(path, f"array {name!r} declares {declared[name].count} entries for {n} labels")
     for name in ("path_offsets", "etag_offsets"):
         if name in declared and declared[name].count != n + 1:
