@@ -103,3 +103,14 @@ def test_the_pack_command(defect_root, tmp_path, capsys):
     rc, out, err = run_cli(["pack", str(defect_root), "--out", str(tmp_path / "p"), "--shard-mb", "1"], capsys)
     assert rc == 0 and "60 samples packed into 1 shards" in out, err
     assert len(SampleIndex.load(tmp_path / "p" / "index.npz")) == 60
+
+
+def test_packed_samples_through_the_ram_and_disk_caches(packed, defect_index, tmp_path):
+    ref = ImageDataset(defect_index, AugmentSpec(size=24))
+    ram = ImageDataset(packed[0], AugmentSpec(size=24), cache=True)
+    disk = ImageDataset(packed[0], AugmentSpec(size=24), cache_dir=tmp_path / "c")
+    assert ram.reader.cache.present.all()
+    for i in range(len(ref)):
+        want = ref.load_uint8(i)[0]
+        assert np.array_equal(ram.load_uint8(i)[0], want) and np.array_equal(disk.load_uint8(i)[0], want)
+    assert len(list((tmp_path / "c").glob("??/*"))) == len(ref)
