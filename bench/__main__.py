@@ -237,6 +237,9 @@ def run(args) -> int:
 
     if args.data is not None and args.source_sizes:
         raise ConfigError(f"--source-sizes generates synthetic data but --data {args.data} was given; drop one of them")
+    if isinstance(args.data, str):  # an s3:// URL (data_or_index): the contenders read local files
+        raise ConfigError(f"--data {args.data}: this benchmark's contenders read local files; measure a bucket "
+                          "against local disk with `python -m bench.storage` (a local test bucket, added latency)")
     if args.data is None and (args.root is not None or args.no_check):
         raise ConfigError("--root/--no-check apply to an index file given with --data; pass --data INDEX or drop them")
     if not args.no_plot:

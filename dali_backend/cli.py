@@ -16,9 +16,10 @@ import warnings
 from pathlib import Path
 
 from .cliargs import (OneLineParser, operation_list, add_index_load_arguments, class_list, data_or_index, default_cache,
-                      existing_dir, fraction, index_file, int_range, keyword_rules, load_data, output_dir, output_file,
-                      positive_int, run_command, size_wxh, text_encoding, verbosity_parent, milliseconds, workers_count, _encoded, _shown)
-from .errors import FallbackWarning
+                      dir_or_url, existing_dir, fraction, index_file, int_range, keyword_rules, load_data, output_dir,
+                      output_file, positive_int, run_command, size_wxh, text_encoding, verbosity_parent, milliseconds,
+                      workers_count, _encoded, _shown)
+from .errors import FallbackWarning, OutputFileError
 from .index import check_output_path, write_atomic
 from .pictures import MAX_PREVIEW_DRAWS, cmd_preview, save_preview
 
@@ -59,7 +60,7 @@ def _check_index_flags(args) -> str:
                               "rules (sorted); drop --classes, or name the classes in --keyword-rules")
         if how == "keywords" and attr == "split":
             raise ConfigError(f"{flag} {args.split} does not apply with {_INDEX_HOW[how]} (keyword labelling has no "
-                              f"splits); drop it, or pass the split's folder as ROOT ({args.root / args.split})")
+                              f"splits); drop it, or pass the split's folder as ROOT ({args.root}/{args.split})")
         if how == "manifest" and attr == "allow_outside_symlinks":
             raise ConfigError(f"{flag} does not apply with --manifest: every manifest entry must resolve inside ROOT; "
                               "drop it, or pass as ROOT a folder that contains the files")
@@ -160,6 +161,16 @@ def _rejected_csv(rejected, ignored=()) -> bytes:
     lines = (["path,reason"] + [f"{cell(r.path)},{cell(r.reason)}" for r in rejected]
              + [f"{cell(r.path)},{cell('ignored: ' + r.reason)}" for r in ignored])
     return _encoded("\n".join(lines) + "\n")
+
+
+def cmd_pack(args) -> int:
+    from .storage.pack import INDEX_NAME, pack
+
+    index = load_data(args.data, args.root, args.no_check)
+    packed = pack(index, args.out, shard_bytes=args.shard_mb << 20)
+    print(_shown(f"{len(packed)} samples packed into {len(packed.shards.names)} shards in {args.out}; index: "
+                 f"{args.out / INDEX_NAME}"))
+    return 0
 
 
 def cmd_split(args) -> int:
@@ -314,9 +325,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "划痕) matches inside a name. Errors name these flags; rejected and ignored files are listed in "
                    "OUT.rejected.csv. --update INDEX walks the index's root again as it was built and reads only new "
                    "and changed files (samples still present keep their order, new ones are appended).")
-    i.add_argument("root", type=existing_dir, metavar="ROOT", nargs="?",
-                   help="data root (ROOT/<class>/**/*.jpg, or the folder the manifest's paths are relative to); with "
-                        "--update, only if the data moved since indexing")
+    i.add_argument("root", type=dir_or_url, metavar="ROOT", nargs="?",
+                   help="data root (ROOT/<class>/**/*.jpg, or the folder the manifest's paths are relative to): a "
+                        "folder or an s3://bucket/prefix URL (credentials and endpoint from AWS_* variables or "
+                        "an AWS profile); with --update, only if the data moved since indexing")
     i.add_argument("--out", type=output_file, help="index file to write (.npz); with --update, default INDEX itself")
     i.add_argument("--update", type=index_file, metavar="INDEX",
                    help="update this index file: re-walk its root, read only new and changed files, drop removed ones")
@@ -340,6 +352,16 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--max-pixels", type=positive_int,
                    help=f"refuse files whose frame declares more pixels (default {DEFAULT_MAX_PIXELS})")
     i.add_argument("--workers", type=positive_int, default=8, help="threads reading file headers (default 8)")
+
+    k = add("pack", cmd_pack, "write a data set into tar shards (WebDataset layout) with an index of (shard, offset, "
+                              "size): one range read per sample",
+            epilog="Upload OUT and load OUT/index.npz with --root s3://bucket/prefix (SampleIndex.load(..., "
+                   "root=...)) to read the shards from a bucket.")
+    k.add_argument("data", type=data_or_index, help="data root (a folder or an s3:// URL) or an index file")
+    k.add_argument("--out", type=output_dir, required=True, help="folder for the shards and index.npz")
+    k.add_argument("--shard-mb", type=positive_int, default=256, help="close a shard at this many MB of samples "
+                                                                      "(default 256)")
+    add_index_load_arguments(k)
 
     s = add("split", cmd_split, "split an index into train/val, stable as the data grows")
     s.add_argument("index", type=index_file, help="index file written by `index`")

@@ -225,6 +225,25 @@ def existing_dir(text: str) -> Path:
     return path
 
 
+def _url(text: str) -> str | None:
+    """``text`` normalised when it is an object-storage URL (``s3://bucket/prefix``), else None."""
+    from .storage import is_url, normalize
+
+    if not is_url(text):
+        return None
+    from .errors import ConfigError
+
+    try:
+        return normalize(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def dir_or_url(text: str) -> Path | str:
+    """A folder that exists, or an ``s3://bucket/prefix`` URL (credentials come from the AWS_* variables)."""
+    return _url(text) or existing_dir(text)
+
+
 def path_kind(path: str | os.PathLike) -> str | None:
     """What is at ``path`` after following symlinks: ``"regular"``, ``"directory"``, ``"FIFO"``,
     ``"character device"``...; ``None`` when nothing is there (or it cannot be reached)."""
@@ -280,8 +299,11 @@ def index_file(text: str) -> Path:
     return path
 
 
-def data_or_index(text: str) -> Path:
-    """A data folder (root/<class>/*.jpg) or an index file."""
+def data_or_index(text: str) -> Path | str:
+    """A data folder (root/<class>/*.jpg), an ``s3://bucket/prefix`` URL, or an index file."""
+    url = _url(text)
+    if url:
+        return url
     path = Path(text)
     if not path.exists():
         raise argparse.ArgumentTypeError(f"{text!r} does not exist; pass a data folder (root/<class>/*.jpg) or an index file")
@@ -400,8 +422,8 @@ def default_cache() -> Path:
 
 def add_index_load_arguments(p: argparse.ArgumentParser) -> None:
     """``--root`` and ``--no-check``: how an index file given on the command line is loaded."""
-    p.add_argument("--root", type=existing_dir, help="data root to use instead of the one saved in the index file "
-                                                     "(the data moved since indexing)")
+    p.add_argument("--root", type=dir_or_url, help="data root (a folder or an s3:// URL) to use instead of the one "
+                                                   "saved in the index file (the data moved since indexing)")
     p.add_argument("--no-check", action="store_true", help="do not compare the files' sizes and modification times "
                                                            "with indexing time (SampleIndex.load(check='none'))")
 
@@ -413,6 +435,16 @@ def load_data(path: Path, root: Path | None = None, no_check: bool = False, prog
     from .errors import ConfigError, IndexBuildError, IndexFileError, StaleIndexError
     from .index import SampleIndex, command_line
 
+    if isinstance(path, str):  # an s3:// URL: indexed afresh, as a folder
+        if root is not None or no_check:
+            flag = "--root" if root is not None else "--no-check"
+            raise ConfigError(f"{flag} applies to an index file, but {arg} {path!r} is a data root (indexed afresh); "
+                              f"drop {flag}")
+        try:
+            with command_line({"root": arg if arg.startswith("-") else arg.upper()}):
+                return SampleIndex.from_folder(path, progress=progress)
+        except (IndexBuildError, IndexFileError, StaleIndexError) as e:
+            raise type(e)(f"{arg} {path!r}: {e}") from e
     if path.is_dir():
         if root is not None or no_check:
             flag = "--root" if root is not None else "--no-check"

@@ -51,6 +51,11 @@ class BadImageError(DaliBackendError):
         )
 
 
+class StorageError(DaliBackendError, OSError):
+    """Object storage could not be read (after the retries): the message names the object's URL and the
+    reason (HTTP status, S3 error code, connection refused, timed out), never a credential."""
+
+
 class MissingDependencyError(DaliBackendError, ImportError):
     """An optional package needed for the requested backend is not installed."""
 

@@ -66,7 +66,7 @@ HEAD_BYTES = 65536
 
 def check_jpeg_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> JpegCheck:
     """Validate a whole encoded JPEG held in memory (see :func:`check_jpeg`)."""
-    return _check(data, len(data), max_pixels, lambda: data, data[-2:])
+    return _check(data, len(data), max_pixels, lambda end: data, data[-2:])
 
 
 _KINDS = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
@@ -132,90 +132,108 @@ def check_jpeg(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_PIXELS) ->
             size = os.fstat(f.fileno()).st_size
             head = f.read(HEAD_BYTES)
             if len(head) >= size:
-                return _check(head, len(head), max_pixels, lambda: head, head[-2:])
+                return _check(head, len(head), max_pixels, lambda end: head, head[-2:])
 
             f.seek(size - 2)
             tail = f.read(2)
 
-            def load_full() -> bytes:
+            def load(end: int | None) -> bytes:  # a local file: all of it (headers past 64 KB are rare)
                 f.seek(0)
                 return f.read()
 
-            return _check(head, size, max_pixels, load_full, tail)
+            return _check(head, size, max_pixels, load, tail)
     except NotRegularFileError as e:
         return JpegCheck(str(e))
     except OSError as e:  # permissions, vanished, I/O error
         return JpegCheck(f"unreadable ({type(e).__name__}: {e.strerror or e})")
 
 
-def _check(data: bytes, size: int, max_pixels: int, load_full, tail: bytes) -> JpegCheck:
-    """Parse markers in ``data`` (the first bytes of a ``size``-byte file); ``load_full()`` reads all."""
+def _check(data: bytes, size: int, max_pixels: int, load, tail: bytes) -> JpegCheck:
+    """Parse markers in ``data`` (the first bytes of a ``size``-byte file).
+
+    ``load(end)`` returns the file's first ``end`` bytes or more (``end=None``: all of it); it is called
+    only when a header the check reads runs past ``data`` (large EXIF/ICC segments), or to look for the
+    end-of-image marker when the file does not end with it. A local file loads whole; an object in a
+    bucket loads a longer byte range, so the check reads the headers, not the image.
+    """
     if size == 0:
         return JpegCheck("empty file (0 bytes)")
     if data[:2] != SOI:
         return JpegCheck(_describe_start(data[:16]))
+
+    def ensure(end: int) -> None:  # data[:end] present (as far as the file goes)
+        nonlocal data, size
+        if end > len(data) and len(data) < size:
+            data = load(min(end, size))
+            if len(data) >= size or len(data) < end:  # the whole file (it may have changed size)
+                size = len(data)
+
     pos, width, height = 2, 0, 0
     orientations: list[int] = []
-    while True:
-        if pos + 65540 > len(data) and len(data) < size:
-            data = load_full()  # headers run past the first block (large EXIF/ICC segments)
-            size = len(data)
-        # Skip fill bytes (0xFF repeated) before a marker.
-        if pos >= size - 1:
-            return JpegCheck(f"truncated in the headers (at byte {pos} of {size}, no scan found)")
-        if data[pos] != 0xFF:
-            return JpegCheck(f"corrupt marker structure at byte {pos} (0x{data[pos]:02x} where 0xFF was expected)")
-        while pos < size - 1 and data[pos + 1] == 0xFF:
-            pos += 1
-        marker = data[pos + 1]
-        pos += 2
-        if marker in _STANDALONE:
-            continue
-        if marker == 0xD9:
-            return JpegCheck("end-of-image marker before any scan (header-only file)")
-        if pos + 2 > size:
-            return JpegCheck(f"truncated in the headers (at byte {pos} of {size})")
-        length = (data[pos] << 8) | data[pos + 1]
-        if length < 2 or pos + length > size:
-            return JpegCheck(f"truncated in the headers (segment 0xFF{marker:02X} at byte {pos - 2} runs past the end)")
-        if marker == 0xE1:
-            tag = _exif_orientation(data[pos + 2:pos + length])
-            if tag is not None:
-                orientations.append(tag)
-        if marker in _SOF_MARKERS:
-            if length < 8:
-                return JpegCheck(f"frame header too short ({length} bytes)")
-            height = (data[pos + 3] << 8) | data[pos + 4]
-            width = (data[pos + 5] << 8) | data[pos + 6]
-            if width == 0 or height == 0:
-                return JpegCheck(f"frame header declares an empty or deferred size ({width}x{height})")
-            refusal = frame_refusal(marker, data[pos + 2], data[pos + 7])
-            if refusal:
-                return JpegCheck(refusal, width, height)
-            if width * height > max_pixels:
-                return JpegCheck(
-                    f"frame header declares {width}x{height} = {width * height / 1e6:.1f} MP, "
-                    f"over the limit of {max_pixels / 1e6:.1f} MP (raise max_pixels to accept it)",
-                    width, height,
-                )
-        if marker == 0xDA:  # start of scan: entropy-coded data follows
-            if width == 0:
-                return JpegCheck("scan before any frame header (no SOF marker)")
-            refusal = orientation_refusal(orientations)
-            if refusal:
-                return JpegCheck(refusal, width, height)
-            scan_start = pos + length
-            # Fast path: the file ends with EOI. Otherwise look for it (trailing bytes are allowed).
-            # Inside entropy data 0xFF is always followed by 0x00 or RSTn, so the first FF D9 is EOI.
-            if tail == EOI:
-                return JpegCheck(None, width, height)
-            if len(data) < size:
-                data = load_full()
-                size = len(data)
-            if data.find(EOI, scan_start) >= 0:
-                return JpegCheck(None, width, height)
-            return JpegCheck(f"truncated (no end-of-image marker after the scan data; {size} bytes)", width, height)
-        pos += length
+    try:
+        while True:
+            ensure(pos + 4)
+            # Skip fill bytes (0xFF repeated) before a marker.
+            if pos >= size - 1:
+                return JpegCheck(f"truncated in the headers (at byte {pos} of {size}, no scan found)")
+            if data[pos] != 0xFF:
+                return JpegCheck(f"corrupt marker structure at byte {pos} (0x{data[pos]:02x} where 0xFF was expected)")
+            while pos < size - 1 and data[pos + 1] == 0xFF:
+                pos += 1
+                ensure(pos + 4)
+            marker = data[pos + 1]
+            pos += 2
+            if marker in _STANDALONE:
+                continue
+            if marker == 0xD9:
+                return JpegCheck("end-of-image marker before any scan (header-only file)")
+            if pos + 2 > size:
+                return JpegCheck(f"truncated in the headers (at byte {pos} of {size})")
+            length = (data[pos] << 8) | data[pos + 1]
+            if length < 2 or pos + length > size:
+                return JpegCheck(f"truncated in the headers (segment 0xFF{marker:02X} at byte {pos - 2} runs past the end)")
+            if marker == 0xE1:
+                ensure(pos + length)
+                tag = _exif_orientation(data[pos + 2:pos + length])
+                if tag is not None:
+                    orientations.append(tag)
+            if marker in _SOF_MARKERS:
+                if length < 8:
+                    return JpegCheck(f"frame header too short ({length} bytes)")
+                ensure(pos + 8)
+                height = (data[pos + 3] << 8) | data[pos + 4]
+                width = (data[pos + 5] << 8) | data[pos + 6]
+                if width == 0 or height == 0:
+                    return JpegCheck(f"frame header declares an empty or deferred size ({width}x{height})")
+                refusal = frame_refusal(marker, data[pos + 2], data[pos + 7])
+                if refusal:
+                    return JpegCheck(refusal, width, height)
+                if width * height > max_pixels:
+                    return JpegCheck(
+                        f"frame header declares {width}x{height} = {width * height / 1e6:.1f} MP, "
+                        f"over the limit of {max_pixels / 1e6:.1f} MP (raise max_pixels to accept it)",
+                        width, height,
+                    )
+            if marker == 0xDA:  # start of scan: entropy-coded data follows
+                if width == 0:
+                    return JpegCheck("scan before any frame header (no SOF marker)")
+                refusal = orientation_refusal(orientations)
+                if refusal:
+                    return JpegCheck(refusal, width, height)
+                scan_start = pos + length
+                # Fast path: the file ends with EOI. Otherwise look for it (trailing bytes are allowed).
+                # Inside entropy data 0xFF is always followed by 0x00 or RSTn, so the first FF D9 is EOI.
+                if tail == EOI:
+                    return JpegCheck(None, width, height)
+                if len(data) < size:
+                    data = load(None)
+                    size = len(data)
+                if data.find(EOI, scan_start) >= 0:
+                    return JpegCheck(None, width, height)
+                return JpegCheck(f"truncated (no end-of-image marker after the scan data; {size} bytes)", width, height)
+            pos += length
+    except IndexError:  # the file shrank between reads
+        return JpegCheck(f"truncated in the headers (the file ended at byte {len(data)} while being read)")
 
 
 def frame_refusal(marker: int, precision: int, components: int) -> str | None:

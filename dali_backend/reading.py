@@ -9,6 +9,13 @@ end-of-image marker follows. ``on_error="raise"`` turns a failure into
 the draw by another sample *of the same class*, chosen by a pure function of (seed, epoch, position),
 so both backends pick the same replacement and the class balance is kept; the replacement keeps the
 draw's position (and so its augmentation parameters) and is counted and reported.
+
+A URL root (``s3://...``) is read through :class:`~dali_backend.storage.client.Bucket`: each GET is
+conditional on the ETag recorded at indexing (an object overwritten since is refused by the server,
+``BadImageError`` "object changed since indexing"), retried with backoff on throttling and transient
+errors, and the client is created in each worker process (fork-safe). With ``cache_dir`` the bytes go
+through a :class:`~dali_backend.storage.cache.DiskCache` keyed by (URL, ETag, size), or (path, mtime,
+size) for a folder.
 """
 
 from __future__ import annotations
@@ -26,11 +33,14 @@ from numpy.typing import NDArray
 
 from .errors import BadImageError, ConfigError
 from .jpeg import EOI, SOI, header_refusal
+from .storage.cache import DiskCache
 
 log = logging.getLogger("dali_backend")
 OnError = Literal["raise", "skip"]
 SERVED_BAD = -2  # the "served" index of a draw whose file was bad under on_error="raise" (both executors)
 MAX_REPLACEMENTS = 32
+PREFETCH_THREADS = 16  # concurrent GETs per reader process (a URL root): what hides the network's latency
+MAX_PREFETCHED = 256  # fetched-ahead samples held per process at most (oldest dropped first)
 _REPLACE_STREAM = 0x5C1
 T = TypeVar("T")
 
@@ -51,7 +61,8 @@ class EncodedCache:
     cannot be read while building are left out and read from disk (and checked) when drawn.
     """
 
-    def __init__(self, paths: list[str], sizes: NDArray[np.int64]):
+    def __init__(self, paths: list[str], sizes: NDArray[np.int64],
+                 fetch: Callable[[int], NDArray[np.uint8] | bytes | None] | None = None):
         self.offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
         np.cumsum(sizes, out=self.offsets[1:])
         self.present = np.zeros(len(sizes), dtype=bool)
@@ -59,7 +70,18 @@ class EncodedCache:
         self._shm = shared_memory.SharedMemory(create=True, size=max(1, self.nbytes))
         self._finalizer = weakref.finalize(self, EncodedCache._release, self._shm, os.getpid())
         buf = np.ndarray((max(1, self.nbytes),), dtype=np.uint8, buffer=self._shm.buf)
-        for i, path in enumerate(paths):
+        if fetch is not None:  # objects in a bucket: fetched concurrently, checked later like any read
+            from concurrent.futures import ThreadPoolExecutor
+
+            def fill(i: int) -> None:
+                data = fetch(i)
+                if data is not None and len(data) == sizes[i]:
+                    buf[self.offsets[i]:self.offsets[i + 1]] = np.frombuffer(data, dtype=np.uint8)
+                    self.present[i] = True
+
+            with ThreadPoolExecutor(32) as pool:
+                list(pool.map(fill, range(len(sizes))))
+        for i, path in enumerate(paths if fetch is None else ()):
             try:
                 with open(path, "rb") as f:
                     n = f.readinto(memoryview(buf[self.offsets[i]:self.offsets[i + 1]]))
@@ -106,6 +128,14 @@ def read_regular_file(path: str) -> NDArray[np.uint8]:
         os.close(fd)
 
 
+def read_range(path: str, start: int, size: int) -> bytes:
+    """``size`` bytes of the regular file ``path`` from ``start`` (fewer where the file ends sooner)."""
+    from .jpeg import open_regular
+
+    with open_regular(path) as f:
+        return os.pread(f.fileno(), size, start)
+
+
 class SampleReader:
     """Reads checked bytes of indexed samples. Plain arrays only: cheap to fork or pickle to workers.
 
@@ -115,24 +145,123 @@ class SampleReader:
     """
 
     def __init__(self, root: str, path_data: NDArray[np.uint8], path_offsets: NDArray[np.int64],
-                 labels: NDArray[np.int64], sizes: NDArray[np.int64], seed: int, cache: EncodedCache | None = None):
+                 labels: NDArray[np.int64], sizes: NDArray[np.int64], seed: int, cache: EncodedCache | None = None,
+                 bucket=None, etags=None, mtimes: NDArray[np.int64] | None = None, disk: DiskCache | None = None,
+                 shards=None):
         self.root, self.path_data, self.path_offsets = root, path_data, path_offsets
         self.labels, self.sizes, self.seed, self.cache = labels, sizes, int(seed), cache
+        self.bucket, self.etags, self.mtimes, self.disk = bucket, etags, mtimes, disk
+        self.shards = shards  # index.shards: packed samples, each one range of a shard
         self.refused: dict[int, str] = {}
+        self._ahead_pid: int | None = None
+        self._pool = None
+        self._ahead: dict = {}
+
+    def __getstate__(self):  # spawned workers: never the fetching threads or their results
+        state = self.__dict__.copy()
+        state.update(_ahead_pid=None, _pool=None, _ahead={})
+        return state
+
+    def prefetch(self, indices) -> None:
+        """Start fetching samples ``indices`` in this process's threads (a URL root only; a no-op for a
+        folder or samples held in RAM): the executors call it with a batch's draws, so a batch waits
+        for the network about once, not once per sample. :meth:`read` takes the results; what it does
+        not take is dropped after :data:`MAX_PREFETCHED` newer ones."""
+        if self.bucket is None:
+            return
+        pid = os.getpid()
+        if self._ahead_pid != pid:  # threads do not survive a fork: new ones, and nothing of the parent's
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool, self._ahead, self._ahead_pid = ThreadPoolExecutor(PREFETCH_THREADS), {}, pid
+        for i in indices:
+            i = int(i)
+            if i in self._ahead or i in self.refused or (self.cache is not None and self.cache.present[i]):
+                continue
+            self._ahead[i] = self._pool.submit(self._fetch, i)
+            while len(self._ahead) > MAX_PREFETCHED:
+                self._ahead.pop(next(iter(self._ahead)))
+
+    def _fetched(self, i: int):
+        """``_fetch(i)``'s result: from a prefetch started earlier in this process, or fetched now."""
+        future = self._ahead.pop(i, None) if self._ahead_pid == os.getpid() else None
+        return future.result() if future is not None else self._fetch(i)
 
     @classmethod
-    def for_index(cls, index, seed: int, cache: bool = False) -> SampleReader:
-        store = EncodedCache([index.abspath(i) for i in range(len(index))], index.sizes) if cache else None
-        return cls(index.root, index.paths.data, index.paths.offsets, index.labels, index.sizes, seed, store)
+    def for_index(cls, index, seed: int, cache: bool = False, cache_dir: str | os.PathLike | None = None,
+                  cache_limit_bytes: int | None = None) -> SampleReader:
+        disk = DiskCache(cache_dir, cache_limit_bytes) if cache_dir is not None else None
+        if cache_dir is None and cache_limit_bytes is not None:
+            raise ConfigError("cache_limit_bytes bounds the disk cache: pass cache_dir= too (a folder on a local disk)")
+        reader = cls(index.root, index.paths.data, index.paths.offsets, index.labels, index.sizes, seed, None,
+                     index.bucket(), index.etags, index.mtimes, disk, index.shards)
+        if cache:
+            fetch = None
+            if reader.bucket is not None or reader.shards is not None:
+                def fetch(i: int) -> bytes | None:
+                    data, reason = reader._fetch(i)
+                    return None if reason else data
+            reader.cache = EncodedCache([index.abspath(i) for i in range(len(index))], index.sizes, fetch)
+        return reader
+
+    def rel(self, i: int) -> str:
+        return self.path_data[self.path_offsets[i]:self.path_offsets[i + 1]].tobytes().decode("utf-8", "surrogateescape")
 
     def path(self, i: int) -> str:
-        rel = self.path_data[self.path_offsets[i]:self.path_offsets[i + 1]].tobytes().decode("utf-8", "surrogateescape")
-        return os.path.join(self.root, rel)
+        """The file's path, or the object's URL; for a packed sample ``SHARD:relative/path.jpg``."""
+        if self.shards is not None:
+            return f"{os.path.join(self.root, self.shards.names[self.shards.ids[i]])}:{self.rel(i)}"
+        return os.path.join(self.root, self.rel(i))
 
-    def problem(self, i: int, data: NDArray[np.uint8] | None, error: OSError | None = None) -> str | None:
+    def _version(self, i: int) -> str:
+        """What identifies the indexed version of sample ``i`` in the disk cache: its ETag, or its mtime."""
+        if self.shards is not None:
+            sid = int(self.shards.ids[i])
+            return f"shard:{self.shards.sizes[sid]}:{int(self.shards.offsets[i])}"
+        if self.etags is not None and self.etags[i]:
+            return self.etags[i]
+        return f"mtime:{int(self.mtimes[i])}" if self.mtimes is not None else ""
+
+    def _fetch(self, i: int) -> tuple[bytes | NDArray[np.uint8] | None, str | None]:
+        """``(bytes, None)`` or ``(None, why not)``: from the disk cache, the bucket or the file."""
+        from .storage.client import ObjectChanged, ObjectMissing
+
+        name, version = self.path(i), self._version(i)
+        if self.disk is not None:
+            data = self.disk.get(name, version, int(self.sizes[i]))
+            if data is not None:
+                return data, None
+        try:
+            if self.shards is not None:  # one range of one shard
+                shard = self.shards.names[self.shards.ids[i]]
+                start, size = int(self.shards.offsets[i]), int(self.sizes[i])
+                if self.bucket is not None:
+                    data = self.bucket.get(shard, None, start, start + size)[0] if size else b""
+                else:
+                    data = read_range(os.path.join(self.root, shard), start, size)
+            elif self.bucket is not None:
+                etag = self.etags[i] if self.etags is not None and self.etags[i] else None
+                data = self.bucket.get(self.rel(i), etag)[0]
+            else:
+                data = read_regular_file(name)
+        except ObjectChanged:
+            return None, "object changed since indexing (overwritten: its ETag differs)"
+        except ObjectMissing:
+            return None, "missing (no such object)"
+        except OSError as e:  # StorageError too: its message names the URL and the reason after the retries
+            text = str(e).split(": ", 1)[1] if self.bucket is not None and ": " in str(e) else (e.strerror or str(e))
+            return None, f"unreadable ({text})"
+        if self.disk is not None and len(data) == self.sizes[i]:  # only what the checks can pass is kept
+            self.disk.put(name, version, bytes(data))
+        return data, None
+
+    def problem(self, i: int, data: NDArray[np.uint8] | None, error: OSError | str | None = None) -> str | None:
         """What is wrong with sample ``i``'s bytes, or None."""
+        if isinstance(error, str):
+            return error
         if error is not None:
             return f"unreadable ({error.strerror or error})"
+        data = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else data
         if data.size != self.sizes[i]:
             return f"file changed since indexing (size {self.sizes[i]} -> {data.size} bytes)"
         if data[:2].tobytes() != SOI:
@@ -150,14 +279,17 @@ class SampleReader:
             raise BadImageError(self.path(i), i, int(self.labels[i]), epoch, self.refused[i])
         data, err = (self.cache.get(i) if self.cache is not None else None), None
         if data is None:
-            try:
-                data = read_regular_file(self.path(i))
-            except OSError as e:
-                err = e
+            if self.bucket is not None or self.disk is not None or self.shards is not None:
+                data, err = self._fetched(i)
+            else:
+                try:
+                    data = read_regular_file(self.path(i))
+                except OSError as e:
+                    err = e
         reason = self.problem(i, data, err)
         if reason:
             raise BadImageError(self.path(i), i, int(self.labels[i]), epoch, reason)
-        return data
+        return np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else data
 
     def replacements(self, i: int, epoch: int, position: int) -> NDArray[np.int64]:
         """Candidates replacing sample ``i`` at (epoch, position): same class, a pure function of both."""

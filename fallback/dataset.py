@@ -51,7 +51,7 @@ def resolve_item(item, default_epoch: int) -> tuple[int, int | None, int, int]:
     return draw.index, None if plain else draw.epoch, draw.epoch, draw.position
 
 
-_ARGUMENTS = ("index", "spec", "seed", "on_error", "cache")
+_ARGUMENTS = ("index", "spec", "seed", "on_error", "cache", "cache_dir", "cache_limit_bytes")
 _SPEC_HOW = ("ImageDataset(index, AugmentSpec(ops=[...])) with operations of dali_backend.transforms, or "
              "ImageDataset(index, AugmentSpec.from_torchvision(compose)) to translate a torchvision Compose")
 
@@ -86,13 +86,19 @@ class ImageDataset(Dataset):
             class, chosen deterministically (see :mod:`dali_backend.reading`).
         cache: hold every file's encoded bytes in shared memory (costs the data set's size on disk
             in RAM, once for all workers and both backends; see ``EncodedCache``).
+        cache_dir: a folder on local disk caching every sample read (for an ``s3://`` index or a slow
+            NAS): entries keyed by (URL, ETag, size), written atomically, verified on read, shared by
+            all workers and runs; see :mod:`dali_backend.storage.cache`.
+        cache_limit_bytes: bound on ``cache_dir``'s size (least recently used entries go first;
+            default None: no bound).
 
     ``ds[i]`` returns ``(image, label)``: float32 ``[3, H, W]`` (the spec's dtype) and an int64 scalar
     tensor. Bad files raise :class:`BadImageError` naming the file; nothing is replaced silently.
     """
 
     def __init__(self, index: SampleIndex, spec: AugmentSpec | None = None, seed: int = 0, on_error: OnError = "raise",
-                 cache: bool = False, **unexpected):
+                 cache: bool = False, cache_dir: str | os.PathLike | None = None,
+                 cache_limit_bytes: int | None = None, **unexpected):
         if unexpected:
             raise ConfigError(_unexpected_arguments(unexpected))
         if not isinstance(index, SampleIndex):
@@ -110,7 +116,8 @@ class ImageDataset(Dataset):
             raise ConfigError(f"ImageDataset: seed={seed!r}; must be a non-negative integer")
         self.index, self.spec, self.seed, self.epoch = index, spec, int(seed), 0
         self.on_error = check_on_error(on_error)
-        self.reader = SampleReader.for_index(index, self.seed, cache=cache)
+        self.reader = SampleReader.for_index(index, self.seed, cache=cache, cache_dir=cache_dir,
+                                             cache_limit_bytes=cache_limit_bytes)
 
     def __len__(self) -> int:
         return len(self.index)

@@ -55,6 +55,12 @@ class _Uint8View(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
+    def __getitems__(self, draws: list[Draw]) -> list:
+        """A batch (torch's fetcher calls this with the batch's draws): objects in a bucket are fetched
+        concurrently first, so the batch waits for the network once, then decoded one by one."""
+        self.dataset.reader.prefetch([d.index for d in draws])
+        return [self[d] for d in draws]
+
     def __getitem__(self, draw: Draw):
         self._trim()  # keep worker RSS flat (full-resolution temporaries)
         stages: dict[str, float] = {}  # seconds per stage, for the loader's telemetry

@@ -122,3 +122,53 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
         rc = e.code
     out = capsys.readouterr()
     return rc, out.out, out.err
+
+
+# ------------------------------------------------------------------------------ object storage (loopback)
+def storage_packages_missing() -> str | None:
+    """Why the object-storage tests cannot run here (a package of the storage/test extras missing), or None."""
+    import importlib.util
+
+    missing = [m for m in ("boto3", "moto", "flask") if importlib.util.find_spec(m) is None]
+    return f"needs {', '.join(missing)}: pip install -e '.[test]'" if missing else None
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """A local S3 server (moto, its own process) behind the latency/fault proxy of bench.s3local (its own
+    process too: DALI's Pipeline.build() holds the GIL). ``AWS_ENDPOINT_URL`` points at the proxy and the
+    test credentials are set for the whole session; ``s3.server``, ``s3.proxy``, ``s3.client`` (boto3,
+    straight to moto)."""
+    why = storage_packages_missing()
+    if why:
+        pytest.skip(why)
+    import os
+    from types import SimpleNamespace
+
+    from bench.s3local import TEST_ENV, MotoServer, Proxy, s3_client
+
+    server = MotoServer()
+    proxy = Proxy(server.endpoint)
+    saved = {k: os.environ.get(k) for k in (*TEST_ENV, "AWS_ENDPOINT_URL", "AWS_PROFILE")}
+    os.environ.update(TEST_ENV)
+    os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
+    os.environ.pop("AWS_PROFILE", None)
+    try:
+        yield SimpleNamespace(server=server, proxy=proxy, client=s3_client(server.endpoint), endpoint=proxy.endpoint)
+    finally:
+        proxy.stop()
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def s3_defects(s3, defect_root) -> str:
+    """``defect_root`` copied to ``s3://defects/sets/small``: the URL."""
+    from bench.s3local import upload_folder
+
+    upload_folder(s3.server.endpoint, defect_root, "defects", "sets/small/", client=s3.client)
+    return "s3://defects/sets/small"

@@ -79,7 +79,8 @@ TOP = {"dali_backend.cli", "dali_backend.cliargs", "dali_backend.pictures", "dal
 
 
 def layer(module: str) -> int:
-    if module in CONTRACT or module.startswith(("dali_backend.transforms", "dali_backend.index.")):
+    if module in CONTRACT or module.startswith(("dali_backend.transforms", "dali_backend.index.",
+                                                "dali_backend.storage")):
         return 0
     if module in EXECUTORS or module.startswith(("dali_backend.dali", "fallback")):
         return 1

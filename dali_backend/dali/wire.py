@@ -46,6 +46,7 @@ class Col(IntEnum):
 ROW = Col.KIND + 1  # columns in the ring
 WAIT_TIMEOUT_S = 600.0
 NOTE_HEADER = 16  # a note starts with two int64: the slot it belongs to and its length in bytes
+PREFETCH_SLOTS = 32  # slots ahead whose samples a reader worker fetches concurrently (a URL root)
 
 # A valid 8x8 gray JPEG: what padding slots decode (cheap, never a real sample).
 PAD_JPEG = bytes.fromhex(
@@ -176,12 +177,28 @@ class DrawSource:
         self.__dict__.update(state)
         become_worker(self.parent)
 
+    def _prefetch(self, slot: int) -> None:
+        """Start fetching the samples of this slot and of the next ones already scheduled (rows the
+        loader wrote ahead), so one worker keeps :data:`~dali_backend.reading.PREFETCH_THREADS` requests
+        in flight. Only hides latency: every sample is still served by :meth:`__call__` in slot order."""
+        rows = self.ring.rows
+        ahead = []
+        for s in range(slot, slot + min(PREFETCH_SLOTS, self.ring.capacity)):
+            r = rows[s % self.ring.capacity]
+            if r[Col.SLOT] != s:
+                break
+            if r[Col.KIND] == KIND_DRAW:
+                ahead.append(int(r[Col.INDEX]))
+        self.reader.prefetch(ahead)
+
     def __call__(self, sample_info):
         slot = sample_info.idx_in_epoch
         row = self.ring.read(slot)
         t0 = time.perf_counter_ns()
         _, index, epoch, position, kind = (int(v) for v in row)
         bad = None
+        if kind == Kind.DRAW and self.reader.bucket is not None:
+            self._prefetch(slot)
         if kind == Kind.DRAW:
             try:
                 served, data = self.reader.serve(index, epoch, position, self.on_error,

@@ -17,10 +17,13 @@ from numpy.typing import NDArray
 from ..errors import ConfigError, IndexFileError, StaleIndexError
 from ..jpeg import DEFAULT_MAX_PIXELS, not_regular_reason
 from ..labelling import DEFAULT_KEYWORDS, KeywordRules
+from ..storage import urls
 from ..strings import StringTable
+from . import remote
 from .build import check_candidates, folder_candidates, keyword_candidates, manifest_candidates
 from .options import FORMAT_NAME, FORMAT_VERSION, Verify, _capped
 from .report import _grouped, _reason_kind, _rejected_digest
+from .shards import Shards, check_meta_shards, shards_from_arrays
 from .store import _check_meta, _damaged, _read_index_arrays, write_atomic
 from .update import check_source, source_of
 from .walk import Rejected, _Candidates, _count
@@ -29,39 +32,50 @@ log = logging.getLogger("dali_backend")
 
 
 class SampleIndex:
-    """An immutable list of (file, label) samples under one root folder.
+    """An immutable list of (file, label) samples under one root folder or object-storage URL.
 
     Build it with :meth:`from_folder`, :meth:`from_manifest` or :meth:`from_keywords`; save it with
     :meth:`save` and reload it with :meth:`load` (no pickle: a ``.npz`` of plain arrays and JSON).
 
     Attributes:
-        root (str): absolute data root; paths are relative to it.
-        paths (StringTable): relative paths (``/``-separated), a read-only sequence of ``str``.
-        labels (NDArray[np.int64]): int64 class ids, ``labels[i]`` indexes ``classes``.
-        classes (tuple[str, ...]): class names; ids are positions in this tuple.
-        sizes (NDArray[np.int64]): file size in bytes at indexing time.
-        mtimes (NDArray[np.int64]): file modification time in ns at indexing time.
-        widths (NDArray[np.int32]): image width declared by the JPEG frame header (before EXIF rotation).
-        heights (NDArray[np.int32]): image height declared by the JPEG frame header (before EXIF rotation).
-        rejected (tuple[Rejected, ...]): files that were refused, each with a reason.
-        ignored (dict[str, int]): counts of files skipped on purpose, by reason (``hidden``, ``macOS ._ file``,
+        root: absolute data root, or a URL (``s3://bucket/prefix``, without credentials); paths are
+            relative to it.
+        paths: relative paths (``/``-separated), a read-only sequence of ``str``.
+        labels: int64 class ids, ``labels[i]`` indexes ``classes``.
+        classes: class names; ids are positions in this tuple.
+        sizes, mtimes: file size in bytes and mtime in ns at indexing time (int64).
+        widths, heights: image size declared by the JPEG frame header (before EXIF rotation).
+        rejected: files that were refused, each with a reason.
+        ignored: counts of files skipped on purpose, by reason (``hidden``, ``macOS ._ file``,
             ``not .jpg/.jpeg``, ``symlink loop``).
-        ignored_files (tuple[Rejected, ...]): every skipped file or folder as ``Rejected(path, reason)``, the
-            reason one of those of :attr:`ignored` (empty for an index saved before they were recorded).
-        fingerprint (str): SHA-256 over classes, paths, labels, sizes and mtimes.
-        source (dict | None): how the index was built (builder and options), what :meth:`update` walks
-            again; None for an index derived with :meth:`subset` / :meth:`split`.
+        ignored_files: every skipped file or folder as ``Rejected(path, reason)``, the reason one of
+            those of :attr:`ignored` (empty for an index saved before they were recorded).
+        etags: each object's ETag at indexing time (a URL root), or None (a folder, or an index
+            saved before ETags were recorded).
+        shards: where packed samples lie (``dali-backend pack``: tar shards, one range read per sample),
+            or None for loose files; see :mod:`.shards`.
+        storage_options: credentials and settings for a URL root (never saved, printed or
+            fingerprinted; pass them again to :meth:`load`).
+        fingerprint: SHA-256 over classes, paths, labels, sizes and mtimes (and ETags when recorded).
+        source: how the index was built (builder and options), what :meth:`update` walks again; None
+            for an index derived with :meth:`subset` / :meth:`split`, or built from a URL.
     """
 
     __slots__ = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected",
-                 "ignored", "ignored_files", "fingerprint", "source", "__weakref__")
+                 "ignored", "ignored_files", "etags", "storage_options", "shards", "fingerprint", "source",
+                 "__weakref__")
 
     def __init__(self, root: str | os.PathLike, paths: StringTable, labels: NDArray[np.int64],
                  classes: Sequence[str], sizes: NDArray[np.int64], mtimes: NDArray[np.int64],
                  widths: NDArray[np.int32], heights: NDArray[np.int32],
                  rejected: Iterable[Rejected] = (), ignored: Mapping[str, int] | None = None,
-                 ignored_files: Iterable[Rejected] = (), source: Mapping | None = None):
+                 ignored_files: Iterable[Rejected] = (), etags: StringTable | None = None,
+                 storage_options: Mapping | None = None, shards: Shards | None = None, source: Mapping | None = None):
         n = len(paths)
+        if shards is not None and len(shards) != n:
+            raise ConfigError(f"SampleIndex: shards place {_count(len(shards), 'sample')} for {_count(n, 'path')}")
+        if etags is not None and len(etags) != n:
+            raise ConfigError(f"SampleIndex: etags has {_count(len(etags), 'entry', 'entries')} for {_count(n, 'path')}")
         arrays = {"labels": (labels, np.int64), "sizes": (sizes, np.int64), "mtimes": (mtimes, np.int64),
                   "widths": (widths, np.int32), "heights": (heights, np.int32)}
         fixed = {}
@@ -78,7 +92,7 @@ class SampleIndex:
         if n and (fixed["labels"].min() < 0 or fixed["labels"].max() >= len(classes)):
             raise ConfigError(f"SampleIndex: labels must lie in [0, {len(classes) - 1}] for classes {classes}")
         sa = object.__setattr__
-        sa(self, "root", str(Path(root).absolute()))
+        sa(self, "root", urls.normalize(root) if urls.is_url(root) else str(Path(root).absolute()))
         sa(self, "_paths", paths)
         sa(self, "classes", classes)
         for name, a in fixed.items():
@@ -86,6 +100,9 @@ class SampleIndex:
         sa(self, "rejected", tuple(rejected))
         sa(self, "ignored", dict(ignored or {}))
         sa(self, "ignored_files", tuple(ignored_files))
+        sa(self, "etags", etags)
+        sa(self, "storage_options", dict(storage_options) if storage_options else None)
+        sa(self, "shards", shards)
         sa(self, "fingerprint", self._compute_fingerprint())
         sa(self, "source", check_source(source))
 
@@ -128,8 +145,21 @@ class SampleIndex:
         return [(os.path.join(self.root, p), int(lab)) for p, lab in zip(self._paths, self.labels.tolist())]
 
     def abspath(self, i: int) -> str:
-        """Absolute path of sample ``i``."""
+        """Absolute path (or URL) of sample ``i``."""
         return os.path.join(self.root, self._paths[i])
+
+    @property
+    def is_remote(self) -> bool:
+        """Whether the root is an object-storage URL."""
+        return urls.is_url(self.root)
+
+    def bucket(self):
+        """The :class:`~dali_backend.storage.client.Bucket` of a URL root (None for a folder)."""
+        if not self.is_remote:
+            return None
+        from ..storage.client import Bucket
+
+        return Bucket(self.root, self.storage_options)
 
     def class_counts(self) -> NDArray[np.int64]:
         """Number of samples per class, in the order of :attr:`classes`."""
@@ -171,17 +201,28 @@ class SampleIndex:
         h.update(json.dumps(list(self.classes)).encode())
         for a in (self._paths.offsets, self._paths.data, self.labels, self.sizes, self.mtimes):
             h.update(np.ascontiguousarray(a).tobytes())
+        if self.etags is not None:  # indexes without ETags keep the fingerprint they always had
+            h.update(b"etags")
+            for a in (self.etags.offsets, self.etags.data):
+                h.update(np.ascontiguousarray(a).tobytes())
+        if self.shards is not None:
+            h.update(json.dumps(self.shards.meta()).encode())
+            for a in (self.shards.ids, self.shards.offsets):
+                h.update(np.ascontiguousarray(a).tobytes())
         return h.hexdigest()
 
     # ----------------------------------------------------------------------------------- builders
     @classmethod
     def from_folder(cls, root: str | os.PathLike, split: str | None = None, *, classes: Sequence[str] | None = None,
                     verify: Verify = "header", max_pixels: int = DEFAULT_MAX_PIXELS,
-                    allow_outside_symlinks: bool = False, workers: int = 8, progress: bool | None = None) -> SampleIndex:
+                    allow_outside_symlinks: bool = False, workers: int = 8, progress: bool | None = None,
+                    storage_options: Mapping | None = None) -> SampleIndex:
         """Index ``root/<class>/**/*.jpg`` (or ``root/<split>/<class>/**`` when ``split`` is given).
 
         Args:
-            root: data folder.
+            root: data folder, or an object-storage URL ``s3://bucket/prefix`` (the same layouts, read
+                from one listing: names, sizes and ETags; the header check reads byte ranges, see
+                :mod:`dali_backend.index.remote`).
             split: name of a split folder (``"train"``, ``"val"``); classes are then the union of the
                 class folders of every split, so the ids agree between splits. Without it, a root
                 whose sub-folders are split names (train, val, valid, validation, test, testing)
@@ -197,8 +238,10 @@ class SampleIndex:
                 (it would decode with its bottom rows flat grey) or corrupt entropy data.
             max_pixels: refuse files whose frame header declares more pixels than this.
             allow_outside_symlinks: follow symlinks that point outside ``root`` (refused by default).
-            workers: threads used to read headers (I/O bound).
+            workers: threads used to read headers (I/O bound; at least 32 for a URL).
             progress: show a progress bar (None: when stderr is a terminal).
+            storage_options: for a URL root: credentials, endpoint and request settings (see
+                :mod:`dali_backend.storage.client`); kept in memory for the loaders, never saved.
 
         Class folders whose names differ only in case or Unicode normalisation (``Dent`` and
         ``dent``; ``café`` precomposed and decomposed, e.g. one copied from macOS) are refused, not
@@ -209,6 +252,10 @@ class SampleIndex:
             IndexBuildError: no folder, a split layout without ``split=``, look-alike class folder
                 names, or no usable JPEG at all (the message says what was found instead).
         """
+        if urls.is_url(root):
+            return cls._validated_remote(*remote.folder_candidates(root, split, classes, storage_options), verify,
+                                         max_pixels, workers, progress, storage_options)
+        _local_only(storage_options)
         source = source_of("folder", split=split, classes=classes, allow_outside_symlinks=allow_outside_symlinks,
                            verify=verify, max_pixels=max_pixels)
         return cls._validated(*folder_candidates(root, split, classes, allow_outside_symlinks), verify,
@@ -217,8 +264,10 @@ class SampleIndex:
     @classmethod
     def from_keywords(cls, root: str | os.PathLike, rules: Mapping[str, Sequence[str]] | KeywordRules = DEFAULT_KEYWORDS,
                       *, verify: Verify = "header", max_pixels: int = DEFAULT_MAX_PIXELS,
-                      allow_outside_symlinks: bool = False, workers: int = 8, progress: bool | None = None) -> SampleIndex:
-        """Index every JPEG below ``root`` and label it by keywords in its name or folders.
+                      allow_outside_symlinks: bool = False, workers: int = 8, progress: bool | None = None,
+                      storage_options: Mapping | None = None) -> SampleIndex:
+        """Index every JPEG below ``root`` (a folder or an ``s3://`` URL, as :meth:`from_folder`) and label
+        it by keywords in its name or folders.
 
         Default rules (the tutorial's): ok/normal/good -> normal, scratch/scr -> scratch, dent/pit ->
         dent. Keywords may be in any script: an ASCII keyword matches a whole word of a file or folder
@@ -226,6 +275,10 @@ class SampleIndex:
         both after NFKC normalisation and case folding; see :mod:`dali_backend.labelling` for the
         exact rule. Files that match no class or several are put in :attr:`rejected`, never guessed.
         """
+        if urls.is_url(root):
+            return cls._validated_remote(*remote.keyword_candidates(root, rules, storage_options), verify, max_pixels,
+                                         workers, progress, storage_options)
+        _local_only(storage_options)
         built = keyword_candidates(root, rules, allow_outside_symlinks)
         kw = rules if isinstance(rules, KeywordRules) else KeywordRules(rules)
         words = {**kw._word_to_class, **kw._text_to_class}
@@ -238,7 +291,8 @@ class SampleIndex:
                       classes: Sequence[str] | None = None, verify: Verify = "header",
                       max_pixels: int = DEFAULT_MAX_PIXELS, workers: int = 8, progress: bool | None = None,
                       path_column: str | None = None, label_column: str | None = None,
-                      split_column: str | None = None, encoding: str | None = None) -> SampleIndex:
+                      split_column: str | None = None, encoding: str | None = None,
+                      storage_options: Mapping | None = None) -> SampleIndex:
         """Index the files listed in a manifest.
 
         Args:
@@ -253,8 +307,10 @@ class SampleIndex:
                 row that looks like a header (no cell names a ``.jpg``/``.jpeg`` or an existing
                 file) but has none of these names is an error: pass ``path_column=`` and
                 ``label_column=``.
-            root: folder the manifest paths are relative to (default: the manifest's folder). An
-                entry resolving outside it (``../``, absolute paths elsewhere, symlinks) is refused.
+            root: folder the manifest paths are relative to (default: the manifest's folder), or an
+                ``s3://bucket/prefix`` URL (the manifest itself is a local file; each listed object is
+                checked as :meth:`from_folder` checks a bucket's, after one HEAD). An entry resolving
+                outside it (``../``, absolute paths elsewhere, symlinks) is refused.
             split: keep only CSV rows whose split column equals this.
             classes: explicit class names in id order (default: sorted labels found). A label not in
                 this list is an error. An empty label is always an error (file and line named).
@@ -274,6 +330,11 @@ class SampleIndex:
         labels that differ only in case or Unicode normalisation (``Dent`` and ``dent``) are an
         error unless ``classes=`` names both. A CSV error (an unclosed quote) names its line.
         """
+        if root is not None and urls.is_url(root):
+            built = remote.manifest_candidates(path, root, split, classes, path_column, label_column, split_column,
+                                               encoding, storage_options)
+            return cls._validated_remote(*built, verify, max_pixels, workers, progress, storage_options)
+        _local_only(storage_options)
         built = manifest_candidates(path, root, split, classes, path_column, label_column, split_column, encoding)
         source = source_of("manifest", manifest=os.path.abspath(path), split=split, classes=classes,
                            path_column=path_column, label_column=label_column, split_column=split_column,
@@ -286,7 +347,7 @@ class SampleIndex:
         keep, cols, rejected = check_candidates(root, cand, classes, verify, max_pixels, workers, progress)
         index = cls(root, StringTable.from_strings(cand.paths[i] for i in keep), np.asarray(cand.labels, np.int64)[keep],
                     classes, cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], rejected, cand.ignored,
-                    sorted(cand.ignored_files, key=lambda r: r.path), source)
+                    sorted(cand.ignored_files, key=lambda r: r.path), source=source)
         log.info("%s", index._headline())
         empty = [c for c, k in zip(index.classes, index.class_counts()) if k == 0]
         if empty:
@@ -317,6 +378,20 @@ class SampleIndex:
 
         return update_index(self, workers=workers, progress=progress)[0]
 
+    @classmethod
+    def _validated_remote(cls, root: str, cand: _Candidates, classes: Sequence[str], infos, bucket, verify: Verify,
+                          max_pixels: int, workers: int, progress: bool | None, storage_options) -> SampleIndex:
+        keep, cols, etags, rejected = remote.check_candidates(root, bucket, cand, infos, verify, max_pixels, workers,
+                                                              progress)
+        index = cls(root, StringTable.from_strings(cand.paths[i] for i in keep), np.asarray(cand.labels, np.int64)[keep],
+                    classes, cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], rejected, cand.ignored,
+                    sorted(cand.ignored_files, key=lambda r: r.path), StringTable.from_strings(etags), storage_options)
+        log.info("%s", index._headline())
+        empty = [c for c, k in zip(index.classes, index.class_counts()) if k == 0]
+        if empty:
+            log.warning("classes with no samples: %s", empty)
+        return index
+
     # ----------------------------------------------------------------------------------- derived
     def subset(self, positions: Sequence[int] | NDArray[np.int64]) -> SampleIndex:
         """A new index holding the samples at ``positions`` (same root and classes; rejects kept)."""
@@ -325,7 +400,8 @@ class SampleIndex:
             raise ConfigError(f"subset positions must lie in [0, {len(self) - 1}]")
         return SampleIndex(self.root, self._paths.take(pos), self.labels[pos], self.classes, self.sizes[pos],
                            self.mtimes[pos], self.widths[pos], self.heights[pos], self.rejected, self.ignored,
-                           self.ignored_files)
+                           self.ignored_files, None if self.etags is None else self.etags.take(pos),
+                           self.storage_options, None if self.shards is None else self.shards.take(pos))
 
     def split(self, val_fraction: float, seed: int = 0, *, stratify: bool = False) -> tuple[SampleIndex, SampleIndex]:
         """Split into ``(train, val)`` deterministically.
@@ -361,7 +437,17 @@ class SampleIndex:
 
     # ----------------------------------------------------------------------------------- checks
     def changed_files(self, positions: Iterable[int] | None = None) -> list[tuple[str, str]]:
-        """``(path, what changed)`` for files whose size or mtime differ from indexing time, or are gone."""
+        """``(path, what changed)`` for files whose size or mtime differ from indexing time, or are gone.
+
+        For a URL root: objects whose size or ETag differ, or are gone, from one listing of the root
+        (no object is read).
+        """
+        if self.shards is not None:  # packed: the shards are the files
+            listed = {o.rel: o.size for o in self.bucket().list()} if self.is_remote else None
+            return self.shards.changed(self.root, listed)
+        if self.is_remote:
+            return remote.changed_objects(self.bucket(), self._paths, self.sizes, self.etags,
+                                          range(len(self)) if positions is None else positions)
         out = []
         for i in range(len(self)) if positions is None else positions:
             full = self.abspath(i)
@@ -403,19 +489,28 @@ class SampleIndex:
         arrays = {"path_data": self._paths.data, "path_offsets": self._paths.offsets, "labels": self.labels,
                   "sizes": self.sizes, "mtimes": self.mtimes, "widths": self.widths, "heights": self.heights,
                   "meta": np.frombuffer(json.dumps(meta).encode("ascii"), dtype=np.uint8)}
+        if self.etags is not None:  # storage_options are never saved: credentials stay out of index files
+            arrays.update(etag_data=self.etags.data, etag_offsets=self.etags.offsets)
+        if self.shards is not None:
+            arrays.update(shard_ids=self.shards.ids, shard_offsets=self.shards.offsets)
+            meta["shards"] = self.shards.meta()
+            arrays["meta"] = np.frombuffer(json.dumps(meta).encode("ascii"), dtype=np.uint8)
         write_atomic(path, lambda f: np.savez(f, **arrays), what="index file")
 
     @classmethod
     def load(cls, path: str | os.PathLike, root: str | os.PathLike | None = None,
-             check: Literal["stat", "none"] = "stat") -> SampleIndex:
+             check: Literal["stat", "none"] = "stat", storage_options: Mapping | None = None) -> SampleIndex:
         """Read an index written by :meth:`save`.
 
         Args:
             path: the index file.
-            root: data root to use instead of the saved one (the data moved; CLI ``--root``).
-            check: ``"stat"`` compares every file's size and mtime with indexing time and raises
-                :class:`StaleIndexError` listing the changed files; ``"none"`` skips that (CLI
-                ``--no-check``).
+            root: data root to use instead of the saved one (the data moved; CLI ``--root``): a folder or
+                an ``s3://bucket/prefix`` URL.
+            check: ``"stat"`` compares every file's size and mtime with indexing time (for a URL root:
+                every object's size and ETag, from one listing) and raises :class:`StaleIndexError`
+                listing the changed files; ``"none"`` skips that (CLI ``--no-check``).
+            storage_options: credentials and settings for a URL root (they are never saved with the
+                index; without them the ``AWS_*`` environment variables and profiles are used).
 
         Raises:
             IndexFileError: the file is missing, not an index, or damaged (rebuild it).
@@ -440,10 +535,25 @@ class SampleIndex:
             raise _damaged(path, f"path offsets are inconsistent ({offsets.size} offsets for {n} samples and "
                                  f"{data.size} bytes of path data)")
         try:
+            etags = None
+            if "etag_offsets" in arrays:
+                e_off, e_data = arrays["etag_offsets"], arrays["etag_data"]
+                if e_off[0] != 0 or e_off[-1] != e_data.size or np.any(np.diff(e_off) < 0):
+                    raise _damaged(path, f"ETag offsets are inconsistent ({e_off.size} offsets for {n} samples and "
+                                         f"{e_data.size} bytes of ETags)")
+                etags = StringTable(e_data, e_off)
+            shards = None
+            if ("shard_ids" in arrays) != ("shards" in meta) or ("shard_ids" in arrays) != ("shard_offsets" in arrays):
+                raise _damaged(path, "its shard arrays and shard list do not come together")
+            if "shards" in meta:
+                if not check_meta_shards(meta["shards"]):
+                    raise _damaged(path, "metadata field 'shards' is not a list of [name, size] pairs")
+                shards = shards_from_arrays(meta["shards"], arrays["shard_ids"], arrays["shard_offsets"])
             index = cls(root if root is not None else meta["root"], StringTable(data, offsets), arrays["labels"],
                         meta["classes"], arrays["sizes"], arrays["mtimes"], arrays["widths"], arrays["heights"],
                         [Rejected(p, r) for p, r in meta["rejected"]], meta["ignored"],
-                        [Rejected(p, r) for p, r in meta.get("ignored_files", [])], meta.get("source"))
+                        [Rejected(p, r) for p, r in meta.get("ignored_files", [])], etags, storage_options, shards,
+                        meta.get("source"))
         except ValueError as e:  # ConfigError: labels out of range, duplicate class names
             raise _damaged(path, str(e)) from None
         if index.fingerprint != meta["fingerprint"]:
@@ -454,7 +564,7 @@ class SampleIndex:
                 shown = _capped([f"{p}: {w}" for p, w in changed])
                 text = f"{path}: {len(changed)} of {len(index)} files changed since indexing ({shown}). "
                 missing = sum(w == "missing" for _, w in changed)
-                if missing * 2 > len(index) or not os.path.isdir(index.root):
+                if missing * 2 > len(index) or not (index.is_remote or os.path.isdir(index.root)):
                     text += (f"{missing} of {len(index)} files are missing under {index.root!r}: if the data moved, "
                              "pass root='NEW/LOCATION' to SampleIndex.load (CLI: --root NEW/LOCATION). Otherwise ")
                 fix = "rebuild the index, or pass check='none' to SampleIndex.load (CLI: --no-check) to use it anyway"
@@ -465,7 +575,12 @@ class SampleIndex:
 
 
 _STATE_SLOTS = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected", "ignored",
-                "ignored_files", "fingerprint", "source")
+                "ignored_files", "etags", "storage_options", "shards", "fingerprint", "source")
+
+
+def _local_only(storage_options: Mapping | None) -> None:
+    if storage_options:
+        raise ConfigError("storage_options apply to an s3:// URL root; this root is a local folder: drop them")
 
 
 def _restore_index(values: tuple) -> SampleIndex:

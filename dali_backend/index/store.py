@@ -107,6 +107,11 @@ def _damaged(path: str | os.PathLike, what: str) -> IndexFileError:
                           "SampleIndex.from_folder(...).save(...) (CLI: dali-backend index ROOT --out FILE)")
 
 
+# Arrays an index file may hold or not: each object's ETag (a URL root), a string table like the paths.
+# Files written before they existed load without them.
+_OPTIONAL_ARRAYS = {"etag_data": np.uint8, "etag_offsets": np.int64, "shard_ids": np.int64, "shard_offsets": np.int64}
+
+
 # Inflated, a saved index's arrays together may hold at most this many times the file's size (save()
 # stores them uncompressed; np.savez_compressed of a real index inflates ~3-6x, deflate at most ~1000x),
 # or MIN_INDEX_ALLOWANCE bytes for a small file.
@@ -142,8 +147,11 @@ def _read_index_arrays(path: str | os.PathLike) -> dict[str, NDArray]:
         with open_regular(path) as f, zipfile.ZipFile(f) as zf:
             members = {info.filename: info for info in zf.infolist()}
             declared = {name: _read_header(path, zf, members, name, dtype) for name, dtype in _INDEX_ARRAYS.items()}
+            declared.update({name: _read_header(path, zf, members, name, dtype) for name, dtype in
+                             _OPTIONAL_ARRAYS.items() if f"{name}.npy" in members})
             _check_declared(path, declared, file_size)
-            return {name: _read_array(path, zf, members[f"{name}.npy"], d).astype(_INDEX_ARRAYS[name])
+            kinds = {**_INDEX_ARRAYS, **_OPTIONAL_ARRAYS}
+            return {name: _read_array(path, zf, members[f"{name}.npy"], d).astype(kinds[name])
                     for name, d in declared.items()}
     except IndexFileError:
         raise
@@ -183,12 +191,15 @@ def _read_header(path: str | os.PathLike, zf: zipfile.ZipFile, members: Mapping[
 def _check_declared(path: str | os.PathLike, declared: Mapping[str, _Declared], file_size: int) -> None:
     """Raise IndexFileError unless the declared lengths agree and their total is plausible for the file."""
     n = declared["labels"].count
-    for name in _PER_SAMPLE:
-        if declared[name].count != n:
+    for name in _PER_SAMPLE + ("shard_ids", "shard_offsets"):
+        if name in declared and declared[name].count != n:
             raise _damaged(path, f"array {name!r} declares {declared[name].count} entries for {n} labels")
-    if declared["path_offsets"].count != n + 1:
-        raise _damaged(path, f"array 'path_offsets' declares {declared['path_offsets'].count} entries for {n} labels "
-                             f"(expected {n + 1})")
+    for name in ("path_offsets", "etag_offsets"):
+        if name in declared and declared[name].count != n + 1:
+            raise _damaged(path, f"array {name!r} declares {declared[name].count} entries for {n} labels "
+                                 f"(expected {n + 1})")
+    if ("etag_data" in declared) != ("etag_offsets" in declared):
+        raise _damaged(path, "it holds one of the arrays 'etag_data' and 'etag_offsets' without the other")
     total = sum(d.nbytes for d in declared.values())
     allowed = max(file_size * MAX_INDEX_EXPANSION, MIN_INDEX_ALLOWANCE)
     if total > allowed:

@@ -27,14 +27,19 @@ def _decode_check(path: str) -> str | None:
     cleanly in both, else the reason.
     """
     try:
-        import simplejpeg
-    except ImportError as e:  # a declared dependency; only verify="decode" needs it
-        raise MissingDependencyError("verify='decode' needs the simplejpeg package: pip install 'simplejpeg>=1.7'") from e
-    try:
         with open_regular(path) as f:
             data = f.read()
     except OSError as e:  # not a regular file any more, vanished, unreadable
         return str(e) if e.strerror is None else f"unreadable ({type(e).__name__}: {e.strerror})"
+    return decode_check_bytes(data)
+
+
+def decode_check_bytes(data: bytes) -> str | None:
+    """:func:`_decode_check` of a file's bytes held in memory (an object downloaded from a bucket)."""
+    try:
+        import simplejpeg
+    except ImportError as e:  # a declared dependency; only verify="decode" needs it
+        raise MissingDependencyError("verify='decode' needs the simplejpeg package: pip install 'simplejpeg>=1.7'") from e
     if not data:
         return "empty file (0 bytes)"
     for colorspace, flag in _DECODE_CHECK_MODES:

@@ -140,15 +140,22 @@ def _subdirs(path: str) -> list[str]:
 SPLIT_FOLDERS = frozenset({"train", "training", "val", "valid", "validation", "test", "testing"})
 
 
-def _refuse_split_layout(root: Path, found: Sequence[str]) -> None:
-    """Raise IndexBuildError if ``root`` holds split folders (``train/<class>/``) instead of classes."""
-    splits = {name: _subdirs(str(root / name)) for name in found if name.lower() in SPLIT_FOLDERS}
+def _refuse_split_layout(root: Path | str, found: Sequence[str],
+                         subdirs: Callable[[str], list[str]] | None = None) -> None:
+    """Raise IndexBuildError if ``root`` holds split folders (``train/<class>/``) instead of classes.
+
+    ``subdirs(name)`` lists the folders inside ``root``'s folder ``name`` (default: on disk; a bucket's
+    listing for a URL root, given as a string)."""
+    if subdirs is None:
+        subdirs = lambda name: _subdirs(str(Path(root) / name))  # noqa: E731
+    splits = {name: subdirs(name) for name in found if name.lower() in SPLIT_FOLDERS}
     splits = {name: sub for name, sub in splits.items() if sub}
     if not splits:
         return
     first = sorted(splits)[0] if "train" not in splits else "train"
     shown = "; ".join(f"{name}/ holds {_capped(sub, 3, ', ')}" for name, sub in sorted(splits.items()))
-    split, as_root, classes = _opt("split", first), _opt("root", str(root / first)), _opt("classes", sorted(found))
+    as_root_text = f"{root}/{first}" if isinstance(root, str) else str(root / first)
+    split, as_root, classes = _opt("split", first), _opt("root", as_root_text), _opt("classes", sorted(found))
     if split:
         fix = f"Pass {split} to index one split" + (f", or pass {as_root}" if as_root else "")
     else:

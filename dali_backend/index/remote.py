@@ -1,0 +1,289 @@
+"""Indexing a bucket without downloading it: the builders' work for a URL root (``s3://bucket/prefix``).
+
+One listing gives every object's name, size and ETag (1000 per request). The folder, split and keyword
+rules are those of a local root, applied to the listed names: a "folder" is a key prefix ending in
+``/``, names starting with ``.`` are hidden, only ``.jpg``/``.jpeg`` are samples. The header check
+(``verify="header"``) reads byte ranges, not objects: the first :data:`HEAD_RANGE` bytes, more only when
+a header segment the check reads runs past them (large EXIF), and the last 2 bytes (the end-of-image
+marker), in ``max(workers, REMOTE_MIN_WORKERS)`` threads; every range request is conditional on the
+listed ETag, so an object overwritten during indexing is refused, not half-read. ``verify="decode"``
+downloads each object; ``verify="none"`` reads nothing (a manifest's entries get one HEAD each).
+The trade-off: two requests per object for the header check (head and tail), where reading 64 KB in
+one would cost the whole of a small object.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ..errors import ConfigError, IndexBuildError, ManifestError, StorageError
+from ..jpeg import DEFAULT_MAX_PIXELS, JpegCheck, _check, check_jpeg_bytes
+from ..labelling import KeywordRules
+from ..progress import track
+from ..storage import urls
+from ..storage.client import Bucket, ObjectChanged, ObjectInfo, ObjectMissing
+from .manifest import _read_manifest
+from .options import JPEG_EXTENSIONS, PACKAGE_FILES, Verify, _capped, _index_first, _name, _opt
+from .report import _nothing_indexed
+from .verify import decode_check_bytes
+from .walk import (Rejected, _Candidates, _count, _refuse_lookalikes, _refuse_split_layout, _resolve_classes)
+
+HEAD_RANGE = 16384  # bytes read first for the header check (JPEG headers without EXIF are < 2 KB)
+REMOTE_MIN_WORKERS = 32  # threads for a bucket's header checks: requests wait on the network, not the CPU
+
+# (root URL, candidates, class names, listed objects by relative path, the bucket)
+RemoteBuilt = tuple[str, _Candidates, Sequence[str], dict[str, ObjectInfo], Bucket]
+
+
+class _Listing:
+    """The objects below a URL root, by relative path, with folder views of their names."""
+
+    def __init__(self, bucket: Bucket):
+        self.bucket = bucket
+        self.objects: dict[str, ObjectInfo] = {}
+        for info in bucket.list():
+            if info.rel and not info.rel.endswith("/"):  # "folder/" marker objects hold nothing
+                self.objects[info.rel] = info
+        if not self.objects:
+            raise IndexBuildError(f"data root {bucket.root!r}: no objects under it; check the bucket and prefix (and "
+                                  "the endpoint: AWS_ENDPOINT_URL or storage_options={'endpoint_url': ...})")
+
+    def subdirs(self, folder: str) -> list[str]:
+        """Sorted names of the non-hidden folders directly inside ``folder`` ("" for the root)."""
+        base = folder + "/" if folder else ""
+        names = {rel[len(base):].split("/", 1)[0] for rel in self.objects
+                 if rel.startswith(base) and "/" in rel[len(base):]}
+        return sorted(n for n in names if n and not n.startswith("."))
+
+    def files_in(self, folder: str) -> list[str]:
+        """Relative paths of the objects directly inside ``folder``."""
+        base = folder + "/" if folder else ""
+        return [rel for rel in self.objects if rel.startswith(base) and "/" not in rel[len(base):]]
+
+    def walk(self, folder: str, cand: _Candidates, label: int) -> None:
+        """Every JPEG below ``folder`` into ``cand`` with ``label`` (sorted); hidden names and other
+        extensions recorded as ignored, as :func:`~.walk._walk_jpegs` does on disk."""
+        base = folder + "/" if folder else ""
+        hidden_seen: set[str] = set()
+        for rel in sorted(r for r in self.objects if r.startswith(base)):
+            parts = rel[len(base):].split("/")
+            hidden = next((k for k, p in enumerate(parts) if p.startswith(".")), None)
+            if hidden is not None:
+                at = base + "/".join(parts[:hidden + 1])
+                if at not in hidden_seen:
+                    hidden_seen.add(at)
+                    cand.ignore(parts[hidden], at)
+                continue
+            name = parts[-1]
+            if name.lower().endswith(JPEG_EXTENSIONS):
+                cand.paths.append(rel)
+                cand.labels.append(label)
+            else:
+                cand.ignore(name, rel)
+
+
+def folder_candidates(url: str, split: str | None, classes: Sequence[str] | None,
+                      storage_options: Mapping | None) -> RemoteBuilt:
+    """``url/<class>/**`` (or ``url/<split>/<class>/**``): :func:`.build.folder_candidates` for a bucket."""
+    bucket = Bucket(url, storage_options)
+    root = bucket.root
+    listing = _Listing(bucket)
+    base = ""
+    if split is not None:
+        split_dirs = listing.subdirs("")
+        if split not in split_dirs:
+            raise IndexBuildError(f"split {split!r} not found under {root!r} (found: {split_dirs or 'no folders'})")
+        found = sorted(set().union(*(listing.subdirs(s) for s in split_dirs)))
+        base = split
+    else:
+        found = listing.subdirs("")
+        if classes is None:
+            _refuse_split_layout(root, found, listing.subdirs)
+    base_url = urls.join(root, base)
+    if classes is None:
+        keep = _opt("classes", found)
+        keep = (f"pass {keep} to keep them apart" if keep else
+                f"to keep them apart, {_index_first(root, 'classes', found)}")
+        _refuse_lookalikes(found, lambda pairs: IndexBuildError(
+            f"class folders {pairs} under {root!r} would become separate classes. Rename one folder of each pair "
+            f"(or move its objects into the other), or {keep}"))
+    classes = _resolve_classes(found, classes, lambda unknown, cl: IndexBuildError(
+        f"class folders [{_capped([repr(u) for u in unknown], sep=', ')}] under {base_url!r} are not in "
+        f"{_name('classes', cl)}; add them to it or move them out of the root"))
+    if not classes:
+        raise IndexBuildError(f"no class folders under {base_url!r}; expected {base_url}/<class>/*.jpg")
+    cand = _Candidates([], [], [], Counter())
+    for rel in sorted(listing.files_in(base)):
+        name = rel.rsplit("/", 1)[-1]
+        if name.lower().endswith(JPEG_EXTENSIONS) and not name.startswith("."):
+            cand.rejected.append(Rejected(rel, "not inside a class folder; move it into <root>/<class>/"))
+        elif name not in PACKAGE_FILES:
+            cand.ignore(name, rel)
+    present = set(listing.subdirs(base))
+    for label, name in enumerate(classes):
+        if name in present:
+            listing.walk(f"{base}/{name}" if base else name, cand, label)
+    return root, cand, classes, listing.objects, bucket
+
+
+def keyword_candidates(url: str, rules: Mapping[str, Sequence[str]] | KeywordRules,
+                       storage_options: Mapping | None) -> RemoteBuilt:
+    """Every JPEG below ``url``, labelled by keywords: :func:`.build.keyword_candidates` for a bucket."""
+    kw = rules if isinstance(rules, KeywordRules) else KeywordRules(rules)
+    bucket = Bucket(url, storage_options)
+    listing = _Listing(bucket)
+    found = _Candidates([], [], [], Counter())
+    listing.walk("", found, 0)
+    cand = _Candidates([], [], found.rejected, found.ignored, found.extensions, found.ignored_files)
+    class_id = {c: i for i, c in enumerate(kw.classes)}
+    for rel in found.paths:
+        name, reason = kw.label(rel)
+        if name is None:
+            cand.rejected.append(Rejected(rel, reason or "unlabelled"))
+        else:
+            cand.paths.append(rel)
+            cand.labels.append(class_id[name])
+    return bucket.root, cand, kw.classes, listing.objects, bucket
+
+
+def manifest_candidates(path: str | Path, url: str, split: str | None, classes: Sequence[str] | None,
+                        path_column: str | None, label_column: str | None, split_column: str | None,
+                        encoding: str | None, storage_options: Mapping | None) -> RemoteBuilt:
+    """The objects a (local) manifest lists, relative to the URL root ``url``: see
+    :meth:`SampleIndex.from_manifest`. Nothing is listed: each entry is checked on its own."""
+    if urls.is_url(str(path)):
+        raise ManifestError(f"manifest {str(path)!r}: a manifest is read from a local file; download it first "
+                            f"(the paths in it may be relative to a URL root: pass {_opt('root')} the s3:// URL)")
+    mpath = Path(path)
+    bucket = Bucket(url, storage_options)
+    rows = _read_manifest(mpath, split, None, path_column, label_column, split_column, encoding)
+    outside, entries = [], []
+    seen: dict[str, tuple[str, str]] = {}
+    cand = _Candidates([], [], [], Counter())
+    for where, written, label in rows:
+        rel = urls.relative_inside(written.strip())
+        if rel is None:
+            outside.append(f"{where}: {written!r}")
+            continue
+        if rel in seen:
+            first_where, first_label = seen[rel]
+            what = "conflicting label " + repr(label) + " vs " + repr(first_label) if label != first_label else "duplicate"
+            cand.rejected.append(Rejected(rel, f"{what}: listed again at {where} (first at {first_where})"))
+            continue
+        seen[rel] = (where, label)
+        entries.append((rel, label))
+    if outside:
+        raise ManifestError(f"{mpath}: {_count(len(outside), 'entry leaves', 'entries leave')} the root {bucket.root!r} "
+                            f"({_capped(outside)}); paths must be relative to it, without '..' above it. Remove "
+                            f"{'it' if len(outside) == 1 else 'them'} or pass {_opt('root')} a URL that contains "
+                            f"{'it' if len(outside) == 1 else 'them'}")
+    labels_found = sorted({lab for _, lab in entries})
+    if classes is None:
+        _refuse_lookalikes(labels_found, lambda pairs: ManifestError(
+            f"{mpath}: labels {pairs} would become separate classes. Spell each class one way in the manifest, "
+            f"or pass {_opt('classes', labels_found)} to keep them apart"))
+    classes = _resolve_classes(labels_found, classes, lambda unknown, cl: ManifestError(
+        f"{mpath}: labels {_capped([repr(u) for u in unknown], sep=', ')} are not in {_name('classes', cl)}; add "
+        "them or fix the manifest"))
+    if not classes:
+        raise ManifestError(f"{mpath}: no entries" + (f" for split {split!r}" if split else ""))
+    class_id = {c: i for i, c in enumerate(classes)}
+    for rel, lab in entries:
+        cand.paths.append(rel)
+        cand.labels.append(class_id[lab])
+    return bucket.root, cand, classes, {}, bucket
+
+
+def check_object(bucket: Bucket, rel: str, info: ObjectInfo | None, verify: Verify,
+                 max_pixels: int) -> tuple[str | None, ObjectInfo | None, int, int]:
+    """``(reason or None, the object's info, width, height)`` for one object, reading byte ranges only
+    for ``verify="header"`` (see the module docstring)."""
+    try:
+        if info is None:
+            info = bucket.head(rel)
+        if verify == "none":
+            return None, info, 0, 0
+        if info.size == 0:
+            return "empty file (0 bytes)", info, 0, 0
+        etag = info.etag or None
+        if verify == "decode":
+            data, got = bucket.get(rel, etag)
+            res = check_jpeg_bytes(data, max_pixels)
+            reason = res.reason or decode_check_bytes(data)
+            return reason, got, res.width, res.height
+        head, got = bucket.get(rel, etag, 0, min(HEAD_RANGE, info.size))
+        info = got
+        if len(head) >= info.size:
+            tail = head[-2:]
+        else:
+            tail, _ = bucket.get(rel, etag, info.size - 2, info.size)
+
+        def load(end: int | None) -> bytes:
+            nonlocal head
+            if end is None:
+                return bucket.get(rel, etag)[0]
+            want = min(info.size, max(end + HEAD_RANGE, 2 * len(head)))  # the next segments too, in one request
+            more, _ = bucket.get(rel, etag, len(head), want)
+            head = head + more
+            return head
+
+        res: JpegCheck = _check(head, info.size, max_pixels, load, tail)
+        return res.reason, info, res.width, res.height
+    except ObjectMissing:
+        return "missing file", info, 0, 0
+    except ObjectChanged:
+        return "object changed while it was being indexed (its ETag differs); index again", info, 0, 0
+    except StorageError as e:
+        text = str(e).split(": ", 1)[1] if ": " in str(e) else str(e)
+        return f"unreadable ({text})", info, 0, 0
+
+
+def check_candidates(root: str, bucket: Bucket, cand: _Candidates, infos: Mapping[str, ObjectInfo],
+                     verify: Verify, max_pixels: int, workers: int,
+                     progress: bool | None) -> tuple[list[int], NDArray[np.int64], list[str], list[Rejected]]:
+    """:func:`.build.check_candidates` for a bucket: ``(positions kept, [kept, 4] sizes/mtimes/widths/heights,
+    ETags of the kept objects, every refused object)``."""
+    if verify not in ("header", "decode", "none"):
+        raise ConfigError(f"verify={verify!r}; use 'header' (default), 'decode' or 'none'")
+    if max_pixels <= 0:
+        raise ConfigError(f"max_pixels={max_pixels}; must be a positive pixel count (default {DEFAULT_MAX_PIXELS})")
+
+    def check(rel: str):
+        return check_object(bucket, rel, infos.get(rel), verify, max_pixels)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers, REMOTE_MIN_WORKERS)) as pool:
+        results = list(track(pool.map(check, cand.paths), total=len(cand.paths), desc="indexing", enabled=progress))
+    keep = [i for i, r in enumerate(results) if r[0] is None]
+    rejected = list(cand.rejected) + [Rejected(cand.paths[i], r[0]) for i, r in enumerate(results) if r[0] is not None]
+    rejected.sort(key=lambda r: r.path)
+    if not keep:
+        raise IndexBuildError(_nothing_indexed(root, cand, rejected))
+    cols = np.array([(r[1].size, r[1].mtime_ns, r[2], r[3]) for r in (results[i] for i in keep)],
+                    dtype=np.int64).reshape(-1, 4)
+    etags = [results[i][1].etag for i in keep]
+    return keep, cols, etags, rejected
+
+
+def changed_objects(bucket: Bucket, paths: Sequence[str], sizes: NDArray[np.int64],
+                    etags: Sequence[str] | None, positions) -> list[tuple[str, str]]:
+    """``(path, what changed)`` for objects whose size or ETag differ from indexing time, or are gone: one
+    listing of the root, no object read."""
+    listed = {info.rel: info for info in bucket.list()}
+    out = []
+    for i in positions:
+        rel = paths[i]
+        info = listed.get(rel)
+        if info is None:
+            out.append((rel, "missing"))
+        elif info.size != sizes[i]:
+            out.append((rel, f"size {sizes[i]} -> {info.size} bytes"))
+        elif etags is not None and etags[i] and info.etag != etags[i]:
+            out.append((rel, f"overwritten (ETag {etags[i]} -> {info.etag})"))
+    return out
+
