@@ -19,7 +19,7 @@ from .cliargs import (OneLineParser, operation_list, add_index_load_arguments, c
                       dir_or_url, existing_dir, fraction, index_file, int_range, keyword_rules, load_data, output_dir,
                       output_file, positive_int, run_command, size_wxh, text_encoding, verbosity_parent, milliseconds,
                       workers_count, _encoded, _shown)
-from .errors import FallbackWarning, OutputFileError
+from .errors import FallbackWarning
 from .index import check_output_path, write_atomic
 from .pictures import MAX_PREVIEW_DRAWS, cmd_preview, save_preview
 

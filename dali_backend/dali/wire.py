@@ -187,7 +187,7 @@ class DrawSource:
             r = rows[s % self.ring.capacity]
             if r[Col.SLOT] != s:
                 break
-            if r[Col.KIND] == KIND_DRAW:
+            if r[Col.KIND] == Kind.DRAW:
                 ahead.append(int(r[Col.INDEX]))
         self.reader.prefetch(ahead)
 

@@ -4,7 +4,6 @@ in :mod:`.build`), deriving, checking and saving it."""
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -14,17 +13,17 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from ..errors import ConfigError, IndexFileError, StaleIndexError
-from ..jpeg import DEFAULT_MAX_PIXELS, not_regular_reason
+from ..errors import ConfigError
+from ..jpeg import DEFAULT_MAX_PIXELS
 from ..labelling import DEFAULT_KEYWORDS, KeywordRules
 from ..storage import urls
 from ..strings import StringTable
 from . import remote
 from .build import check_candidates, folder_candidates, keyword_candidates, manifest_candidates
-from .options import FORMAT_NAME, FORMAT_VERSION, Verify, _capped
-from .report import _grouped, _reason_kind, _rejected_digest
-from .shards import Shards, check_meta_shards, shards_from_arrays
-from .store import _check_meta, _damaged, _read_index_arrays, write_atomic
+from .options import Verify
+from .report import headline, summary_text
+from .persist import changed_local, fingerprint_of, load_index, save_index
+from .shards import Shards
 from .update import check_source, source_of
 from .walk import Rejected, _Candidates, _count
 
@@ -173,43 +172,17 @@ class SampleIndex:
         times, such as a path listed on many manifest lines, once, with the count) and every
         ignored file or folder (hidden, ``._*``, not ``.jpg``/``.jpeg``, symlink loops).
         """
-        lines = [self._headline(listed_below=True)]
-        if self.rejected:
-            lines.append(f"rejected files ({len(self.rejected)}):")
-            lines += _grouped(self.rejected, _reason_kind, detail=True)
-        if self.ignored_files:
-            lines.append(f"ignored files ({len(self.ignored_files)}):")
-            lines += _grouped(self.ignored_files, lambda reason: reason, detail=False)
-        return "\n".join(lines)
+        return summary_text(self)
 
     def _headline(self, listed_below: bool = False) -> str:
         """One line: counts per class, rejected files by kind with a few examples, ignored files by kind."""
-        counts = ", ".join(f"{c} {k}" for c, k in zip(self.classes, self.class_counts()))
-        text = (f"indexed {_count(len(self), 'file')} in {_count(len(self.classes), 'class', 'classes')} ({counts}) "
-                f"under {self.root}")
-        if self.rejected:
-            text += f"; rejected {_rejected_digest(self.rejected, listed_below)}"
-        if self.ignored:
-            text += f"; ignored {sum(self.ignored.values())} (" + ", ".join(f"{k}: {v}" for k, v in sorted(self.ignored.items())) + ")"
-        return text
+        return headline(self, listed_below)
 
     def __repr__(self) -> str:
         return f"<SampleIndex n={len(self)} classes={list(self.classes)} rejected={len(self.rejected)} root={self.root!r}>"
 
     def _compute_fingerprint(self) -> str:
-        h = hashlib.sha256()
-        h.update(json.dumps(list(self.classes)).encode())
-        for a in (self._paths.offsets, self._paths.data, self.labels, self.sizes, self.mtimes):
-            h.update(np.ascontiguousarray(a).tobytes())
-        if self.etags is not None:  # indexes without ETags keep the fingerprint they always had
-            h.update(b"etags")
-            for a in (self.etags.offsets, self.etags.data):
-                h.update(np.ascontiguousarray(a).tobytes())
-        if self.shards is not None:
-            h.update(json.dumps(self.shards.meta()).encode())
-            for a in (self.shards.ids, self.shards.offsets):
-                h.update(np.ascontiguousarray(a).tobytes())
-        return h.hexdigest()
+        return fingerprint_of(self)
 
     # ----------------------------------------------------------------------------------- builders
     @classmethod
@@ -345,9 +318,23 @@ class SampleIndex:
     def _validated(cls, root: Path, cand: _Candidates, classes: Sequence[str], verify: Verify, max_pixels: int,
                    workers: int, progress: bool | None, source: dict | None = None) -> SampleIndex:
         keep, cols, rejected = check_candidates(root, cand, classes, verify, max_pixels, workers, progress)
+        return cls._built(root, cand, classes, keep, cols, rejected, source=source)
+
+    @classmethod
+    def _validated_remote(cls, root: str, cand: _Candidates, classes: Sequence[str], infos, bucket, verify: Verify,
+                          max_pixels: int, workers: int, progress: bool | None, storage_options) -> SampleIndex:
+        keep, cols, etags, rejected = remote.check_candidates(root, bucket, cand, infos, verify, max_pixels, workers,
+                                                              progress)
+        return cls._built(root, cand, classes, keep, cols, rejected, etags=StringTable.from_strings(etags),
+                          storage_options=storage_options)
+
+    @classmethod
+    def _built(cls, root, cand: _Candidates, classes: Sequence[str], keep: list[int], cols: NDArray[np.int64],
+               rejected: list[Rejected], **extra) -> SampleIndex:
+        """The index of the checked candidates ``keep`` (columns: size, mtime, width, height), logged."""
         index = cls(root, StringTable.from_strings(cand.paths[i] for i in keep), np.asarray(cand.labels, np.int64)[keep],
                     classes, cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], rejected, cand.ignored,
-                    sorted(cand.ignored_files, key=lambda r: r.path), source=source)
+                    sorted(cand.ignored_files, key=lambda r: r.path), **extra)
         log.info("%s", index._headline())
         empty = [c for c, k in zip(index.classes, index.class_counts()) if k == 0]
         if empty:
@@ -377,20 +364,6 @@ class SampleIndex:
         from .update import update_index
 
         return update_index(self, workers=workers, progress=progress)[0]
-
-    @classmethod
-    def _validated_remote(cls, root: str, cand: _Candidates, classes: Sequence[str], infos, bucket, verify: Verify,
-                          max_pixels: int, workers: int, progress: bool | None, storage_options) -> SampleIndex:
-        keep, cols, etags, rejected = remote.check_candidates(root, bucket, cand, infos, verify, max_pixels, workers,
-                                                              progress)
-        index = cls(root, StringTable.from_strings(cand.paths[i] for i in keep), np.asarray(cand.labels, np.int64)[keep],
-                    classes, cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], rejected, cand.ignored,
-                    sorted(cand.ignored_files, key=lambda r: r.path), StringTable.from_strings(etags), storage_options)
-        log.info("%s", index._headline())
-        empty = [c for c, k in zip(index.classes, index.class_counts()) if k == 0]
-        if empty:
-            log.warning("classes with no samples: %s", empty)
-        return index
 
     # ----------------------------------------------------------------------------------- derived
     def subset(self, positions: Sequence[int] | NDArray[np.int64]) -> SampleIndex:
@@ -448,23 +421,7 @@ class SampleIndex:
         if self.is_remote:
             return remote.changed_objects(self.bucket(), self._paths, self.sizes, self.etags,
                                           range(len(self)) if positions is None else positions)
-        out = []
-        for i in range(len(self)) if positions is None else positions:
-            full = self.abspath(i)
-            try:
-                st = os.stat(full)  # never opens the file
-            except OSError:
-                out.append((self._paths[i], "missing"))
-                continue
-            size, mtime = st.st_size, st.st_mtime_ns
-            reason = not_regular_reason(st.st_mode)
-            if reason:
-                out.append((self._paths[i], reason))
-            elif size != self.sizes[i]:
-                out.append((self._paths[i], f"size {self.sizes[i]} -> {size} bytes"))
-            elif mtime != self.mtimes[i]:
-                out.append((self._paths[i], "modified (mtime changed)"))
-        return out
+        return changed_local(self, range(len(self)) if positions is None else positions)
 
     # ----------------------------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike) -> None:
@@ -481,21 +438,7 @@ class SampleIndex:
             OutputFileError: ``path`` is not a regular file, or writing failed (disk full,
                 permissions); the message names ``path``, and no temporary file is left behind.
         """
-        meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "root": self.root, "classes": list(self.classes),
-                "rejected": [[r.path, r.reason] for r in self.rejected], "ignored": self.ignored,
-                "ignored_files": [[r.path, r.reason] for r in self.ignored_files], "fingerprint": self.fingerprint}
-        if self.source is not None:  # optional: older readers ignore it
-            meta["source"] = self.source
-        arrays = {"path_data": self._paths.data, "path_offsets": self._paths.offsets, "labels": self.labels,
-                  "sizes": self.sizes, "mtimes": self.mtimes, "widths": self.widths, "heights": self.heights,
-                  "meta": np.frombuffer(json.dumps(meta).encode("ascii"), dtype=np.uint8)}
-        if self.etags is not None:  # storage_options are never saved: credentials stay out of index files
-            arrays.update(etag_data=self.etags.data, etag_offsets=self.etags.offsets)
-        if self.shards is not None:
-            arrays.update(shard_ids=self.shards.ids, shard_offsets=self.shards.offsets)
-            meta["shards"] = self.shards.meta()
-            arrays["meta"] = np.frombuffer(json.dumps(meta).encode("ascii"), dtype=np.uint8)
-        write_atomic(path, lambda f: np.savez(f, **arrays), what="index file")
+        save_index(self, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike, root: str | os.PathLike | None = None,
@@ -517,59 +460,7 @@ class SampleIndex:
             StaleIndexError: ``check="stat"`` found changed or missing files; when most are
                 missing, the message says to pass ``root=`` (the data moved).
         """
-        if check not in ("stat", "none"):
-            raise ConfigError(f"check={check!r}; use 'stat' (default) or 'none'")
-        arrays = _read_index_arrays(path)
-        try:
-            meta = json.loads(arrays["meta"].tobytes().decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as e:
-            raise _damaged(path, f"its metadata is not JSON ({type(e).__name__})") from None
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME or meta.get("version") != FORMAT_VERSION:
-            got = (meta.get("format"), meta.get("version")) if isinstance(meta, dict) else (None, None)
-            raise IndexFileError(f"{path}: format {got[0]!r} version {got[1]!r}; "
-                                 f"this library reads {FORMAT_NAME!r} version {FORMAT_VERSION}. Rebuild the index")
-        _check_meta(path, meta)
-        n = arrays["labels"].size  # every per-sample array has n entries (checked before reading)
-        offsets, data = arrays["path_offsets"], arrays["path_data"]
-        if offsets.size != n + 1 or offsets[0] != 0 or offsets[-1] != data.size or np.any(np.diff(offsets) < 0):
-            raise _damaged(path, f"path offsets are inconsistent ({offsets.size} offsets for {n} samples and "
-                                 f"{data.size} bytes of path data)")
-        try:
-            etags = None
-            if "etag_offsets" in arrays:
-                e_off, e_data = arrays["etag_offsets"], arrays["etag_data"]
-                if e_off[0] != 0 or e_off[-1] != e_data.size or np.any(np.diff(e_off) < 0):
-                    raise _damaged(path, f"ETag offsets are inconsistent ({e_off.size} offsets for {n} samples and "
-                                         f"{e_data.size} bytes of ETags)")
-                etags = StringTable(e_data, e_off)
-            shards = None
-            if ("shard_ids" in arrays) != ("shards" in meta) or ("shard_ids" in arrays) != ("shard_offsets" in arrays):
-                raise _damaged(path, "its shard arrays and shard list do not come together")
-            if "shards" in meta:
-                if not check_meta_shards(meta["shards"]):
-                    raise _damaged(path, "metadata field 'shards' is not a list of [name, size] pairs")
-                shards = shards_from_arrays(meta["shards"], arrays["shard_ids"], arrays["shard_offsets"])
-            index = cls(root if root is not None else meta["root"], StringTable(data, offsets), arrays["labels"],
-                        meta["classes"], arrays["sizes"], arrays["mtimes"], arrays["widths"], arrays["heights"],
-                        [Rejected(p, r) for p, r in meta["rejected"]], meta["ignored"],
-                        [Rejected(p, r) for p, r in meta.get("ignored_files", [])], etags, storage_options, shards,
-                        meta.get("source"))
-        except ValueError as e:  # ConfigError: labels out of range, duplicate class names
-            raise _damaged(path, str(e)) from None
-        if index.fingerprint != meta["fingerprint"]:
-            raise IndexFileError(f"{path}: contents do not match the saved fingerprint (file edited or corrupt); rebuild it")
-        if check == "stat":
-            changed = index.changed_files()
-            if changed:
-                shown = _capped([f"{p}: {w}" for p, w in changed])
-                text = f"{path}: {len(changed)} of {len(index)} files changed since indexing ({shown}). "
-                missing = sum(w == "missing" for _, w in changed)
-                if missing * 2 > len(index) or not (index.is_remote or os.path.isdir(index.root)):
-                    text += (f"{missing} of {len(index)} files are missing under {index.root!r}: if the data moved, "
-                             "pass root='NEW/LOCATION' to SampleIndex.load (CLI: --root NEW/LOCATION). Otherwise ")
-                fix = "rebuild the index, or pass check='none' to SampleIndex.load (CLI: --no-check) to use it anyway"
-                raise StaleIndexError(text + (fix if text.endswith("Otherwise ") else fix[0].upper() + fix[1:]))
-        return index
+        return load_index(cls, path, root, check, storage_options)
 
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from .options import NOT_JPEG
 
 from .options import _opt
-from .walk import Rejected, _Candidates
+from .walk import Rejected, _Candidates, _count
 
 from .options import _capped
 
@@ -117,3 +117,25 @@ def _nothing_indexed(root: Path, cand: _Candidates, rejected: Sequence[Rejected]
     return text + (". Fix or remove the rejected files" if rejected else ". Check the path, or convert the images to JPEG")
 
 
+def summary_text(index) -> str:
+    """:meth:`SampleIndex.summary`: the headline, then every rejected and ignored file grouped by reason."""
+    lines = [headline(index, listed_below=True)]
+    if index.rejected:
+        lines.append(f"rejected files ({len(index.rejected)}):")
+        lines += _grouped(index.rejected, _reason_kind, detail=True)
+    if index.ignored_files:
+        lines.append(f"ignored files ({len(index.ignored_files)}):")
+        lines += _grouped(index.ignored_files, lambda reason: reason, detail=False)
+    return "\n".join(lines)
+
+
+def headline(index, listed_below: bool = False) -> str:
+    """One line: counts per class, rejected files by kind with a few examples, ignored files by kind."""
+    counts = ", ".join(f"{c} {k}" for c, k in zip(index.classes, index.class_counts()))
+    text = (f"indexed {_count(len(index), 'file')} in {_count(len(index.classes), 'class', 'classes')} ({counts}) "
+            f"under {index.root}")
+    if index.rejected:
+        text += f"; rejected {_rejected_digest(index.rejected, listed_below)}"
+    if index.ignored:
+        text += f"; ignored {sum(index.ignored.values())} (" + ", ".join(f"{k}: {v}" for k, v in sorted(index.ignored.items())) + ")"
+    return text
