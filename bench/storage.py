@@ -1,10 +1,13 @@
 """``python -m bench.storage``: the same data set from local disk, from a bucket (cold: every read over the
-network) and from a bucket through a warm ``cache_dir``, with a fixed latency added to every request.
+network), from a bucket through a warm ``cache_dir``, and packed into shards in the bucket (cold and
+warm), with a fixed latency added to every request.
 
 The bucket is local: moto's S3 server in its own process behind :mod:`bench.s3local`'s proxy, which adds
 ``--latency-ms`` to every request and counts requests and bytes (what indexing costs per image). On a
 machine with few cores moto's own CPU (a few ms per request) competes with decoding: a real object
-store does not take that from the loader, so the cold figure here is a lower bound.
+store does not take that from the loader, so the cold figure here is a lower bound. For shards it is
+lower still: moto reads and copies the whole object for every ranged GET (``FakeKey.value``), so each
+one-sample range read of a shard costs the server the shard's size; S3 serves a range without that.
 
 Each configuration runs 1 + ``--epochs`` epochs on one loader and reports the median of the timed ones
 (the first builds the pipeline and starts workers; with ``cache_dir`` it fills the cache, and its rate
@@ -13,7 +16,6 @@ is shown apart).
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -75,17 +77,34 @@ def run(args) -> int:
                   "index_seconds": round(index_s, 2), "index_requests_per_image": round(sum(st["requests"].values()) / n, 2),
                   "index_bytes_per_image": int(sum(st["bytes"].values()) / n)}
         result["local"] = _epochs(local, args, None)
+        proxy.stats(reset=True)
         result["bucket_cold"] = _epochs(remote, args, None)
+        st = proxy.stats(reset=True)
+        result["cold_requests_per_image"] = round(sum(st["requests"].values()) / (n * (1 + args.epochs)), 2)
         with tempfile.TemporaryDirectory(prefix="bench-cache-") as cache:
             result["bucket_cache_fill_then_warm"] = _epochs(remote, args, cache)
-        st = proxy.stats()
-        result["loader_requests"] = st["requests"]
+        # the same images packed into shards (dali-backend pack), read from the bucket: one range each
+        from dali_backend.storage.pack import INDEX_NAME, pack
+
+        with tempfile.TemporaryDirectory(prefix="bench-packed-") as packed_dir:
+            result["shards_local"] = _epochs(pack(local, packed_dir), args, None)
+            os.environ["AWS_ENDPOINT_URL"] = moto.endpoint  # the upload without added latency
+            upload_folder(moto.endpoint, packed_dir, "bench", "packed/")
+            os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
+            shards = SampleIndex.load(Path(packed_dir) / INDEX_NAME, root="s3://bench/packed")
+            proxy.stats(reset=True)
+            result["shards_cold"] = _epochs(shards, args, None)
+            st = proxy.stats(reset=True)
+            result["shards_cold_requests_per_image"] = round(sum(st["requests"].values()) / (n * (1 + args.epochs)), 2)
+            with tempfile.TemporaryDirectory(prefix="bench-cache-") as cache:
+                result["shards_cache_fill_then_warm"] = _epochs(shards, args, cache)
     finally:
         proxy.stop()
         moto.stop()
     import statistics
 
-    med = {k: statistics.median(result[k][1:]) for k in ("local", "bucket_cold", "bucket_cache_fill_then_warm")}
+    med = {k: statistics.median(result[k][1:]) for k in ("local", "bucket_cold", "bucket_cache_fill_then_warm",
+                                                         "shards_cold", "shards_cache_fill_then_warm", "shards_local")}
     result["median"] = med
     base = med["local"]
     lines = [f"{n} images {w}x{h} (~{result['mean_file_bytes'] // 1024} KB), {args.backend}, {args.workers} workers, "
@@ -97,6 +116,12 @@ def run(args) -> int:
              f"| bucket, cold (no cache) | {med['bucket_cold']:.1f} | {med['bucket_cold'] / base:.2f} |",
              f"| bucket, warm cache_dir | {med['bucket_cache_fill_then_warm']:.1f} | "
              f"{med['bucket_cache_fill_then_warm'] / base:.2f} |",
+             f"| shards on local disk | {med['shards_local']:.1f} | {med['shards_local'] / base:.2f} |",
+             f"| shards in the bucket, cold | {med['shards_cold']:.1f} | {med['shards_cold'] / base:.2f} |",
+             f"| shards in the bucket, warm cache_dir | {med['shards_cache_fill_then_warm']:.1f} | "
+             f"{med['shards_cache_fill_then_warm'] / base:.2f} |",
+             f"requests per image read: loose objects {result['cold_requests_per_image']}, shards "
+             f"{result['shards_cold_requests_per_image']}",
              f"(first epochs, pipeline start included: local {result['local'][0]:.1f}, cold "
              f"{result['bucket_cold'][0]:.1f}, cache fill {result['bucket_cache_fill_then_warm'][0]:.1f} img/s)"]
     print("\n".join(lines))
