@@ -27,7 +27,7 @@ PARTS = [  # (part, module-name prefix), first match wins
     ("cli", "dali_backend.__main__"), ("cli", "dali_backend.demo"), ("cli", "dali_backend.preview"), ("cli", "dali_backend.pictures"), ("cli", "dali_backend.cliargs"),
     ("bench", "bench"), ("package", "dali_backend"),
 ]
-CONTRACT_LEAVES = {"amplification", "sequences", "clips", "schedule", "procstats", "errors", "strings", "progress", "memory", "jpeg", "labelling", "reading", "sampler", "augment",
+CONTRACT_LEAVES = {"storage", "amplification", "sequences", "clips", "schedule", "procstats", "errors", "strings", "progress", "memory", "jpeg", "labelling", "reading", "sampler", "augment",
                    "synthetic", "tensors", "boundary", "_own", "index"}
 
 
