@@ -17,11 +17,11 @@ from ..jpeg import DEFAULT_MAX_PIXELS, check_jpeg, not_regular_reason
 from ..labelling import KeywordRules
 from .manifest import _path_as_written, _read_manifest
 from .parallel import map_in_chunks
-from .options import JPEG_EXTENSIONS, Verify, _capped, _index_first, _name, _opt
+from .options import JPEG_EXTENSIONS, Verify, _capped, _opt
 from .report import _nothing_indexed, _reject_same_file_twice
 from .verify import _decode_check
-from .walk import (Rejected, _Candidates, _count, _follow_symlinks_hint, _is_inside, _norm_rel, _refuse_lookalikes,
-                   _refuse_split_layout, _resolve_classes, _subdirs, _walk_jpegs)
+from .walk import (Rejected, _Candidates, _count, _follow_symlinks_hint, _is_inside, _norm_rel, _refuse_split_layout,
+                   _subdirs, _walk_jpegs, class_folders, manifest_classes)
 
 Built = tuple[Path, _Candidates, Sequence[str]]  # (root, candidate files with labels, class names in id order)
 
@@ -44,18 +44,7 @@ def folder_candidates(root: str | os.PathLike, split: str | None, classes: Seque
         found = _subdirs(str(root_path))
         if classes is None:
             _refuse_split_layout(root_path, found)
-    if classes is None:
-        keep = _opt("classes", found)
-        keep = (f"pass {keep} to keep them apart" if keep else
-                f"to keep them apart, {_index_first(root, 'classes', found)}")
-        _refuse_lookalikes(found, lambda pairs: IndexBuildError(
-            f"class folders {pairs} under {str(root)!r} would become separate classes. Rename one folder of each "
-            f"pair (or move its files into the other), or {keep}"))
-    classes = _resolve_classes(found, classes, lambda unknown, cl: IndexBuildError(
-        f"class folders [{_capped([repr(u) for u in unknown], sep=', ')}] under {str(base)!r} are not in "
-        f"{_name('classes', cl)}; add them to it or move them out of the root"))
-    if not classes:
-        raise IndexBuildError(f"no class folders under {str(base)!r}; expected {str(base)}/<class>/*.jpg")
+    classes = class_folders(found, classes, root, str(base))
     cand = _Candidates([], [], [], Counter())
     visited = {root_real}
     for entry in sorted(os.scandir(base), key=lambda e: e.name):
@@ -142,18 +131,7 @@ def manifest_candidates(path: str | os.PathLike, root: str | os.PathLike | None,
                             f"{root_real!r} ({shown}). "
                             f"Remove {'it' if len(outside) == 1 else 'them'} or pass {_opt('root')} a folder that "
                             f"contains {'it' if len(outside) == 1 else 'them'}")
-    labels_found = sorted({lab for _, lab in entries})
-    if classes is None:
-        _refuse_lookalikes(labels_found, lambda pairs: ManifestError(
-            f"{mpath}: labels {pairs} would become separate classes. Spell each class one way in the manifest, "
-            f"or pass {_opt('classes', labels_found)} to keep them apart"))
-    classes = _resolve_classes(labels_found, classes, lambda unknown, cl: ManifestError(
-        f"{mpath}: labels {_capped([repr(u) for u in unknown], sep=', ')} are not in {_name('classes', cl)}; add "
-        "them or fix the manifest"))
-    class_id = {c: i for i, c in enumerate(classes)}
-    for rel, lab in entries:
-        cand.paths.append(rel)
-        cand.labels.append(class_id[lab])
+    classes = manifest_classes(mpath, entries, classes, cand)
     if not classes:
         raise ManifestError(f"{mpath}: no entries" + (f" for split {split!r}" if split else ""))
     return root_path, cand, classes

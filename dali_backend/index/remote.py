@@ -29,10 +29,10 @@ from ..progress import track
 from ..storage import urls
 from ..storage.client import Bucket, ObjectChanged, ObjectInfo, ObjectMissing
 from .manifest import _read_manifest
-from .options import JPEG_EXTENSIONS, PACKAGE_FILES, Verify, _capped, _index_first, _name, _opt
+from .options import JPEG_EXTENSIONS, PACKAGE_FILES, Verify, _capped, _opt
 from .report import _nothing_indexed
 from .verify import decode_check_bytes
-from .walk import (Rejected, _Candidates, _count, _refuse_lookalikes, _refuse_split_layout, _resolve_classes)
+from .walk import Rejected, _Candidates, _count, _refuse_split_layout, class_folders, manifest_classes
 
 HEAD_RANGE = 16384  # bytes read first for the header check (JPEG headers without EXIF are < 2 KB)
 REMOTE_MIN_WORKERS = 32  # threads for a bucket's header checks: requests wait on the network, not the CPU
@@ -106,18 +106,7 @@ def folder_candidates(url: str, split: str | None, classes: Sequence[str] | None
         if classes is None:
             _refuse_split_layout(root, found, listing.subdirs)
     base_url = urls.join(root, base)
-    if classes is None:
-        keep = _opt("classes", found)
-        keep = (f"pass {keep} to keep them apart" if keep else
-                f"to keep them apart, {_index_first(root, 'classes', found)}")
-        _refuse_lookalikes(found, lambda pairs: IndexBuildError(
-            f"class folders {pairs} under {root!r} would become separate classes. Rename one folder of each pair "
-            f"(or move its objects into the other), or {keep}"))
-    classes = _resolve_classes(found, classes, lambda unknown, cl: IndexBuildError(
-        f"class folders [{_capped([repr(u) for u in unknown], sep=', ')}] under {base_url!r} are not in "
-        f"{_name('classes', cl)}; add them to it or move them out of the root"))
-    if not classes:
-        raise IndexBuildError(f"no class folders under {base_url!r}; expected {base_url}/<class>/*.jpg")
+    classes = class_folders(found, classes, root, base_url, items="objects")
     cand = _Candidates([], [], [], Counter())
     for rel in sorted(listing.files_in(base)):
         name = rel.rsplit("/", 1)[-1]
@@ -183,20 +172,7 @@ def manifest_candidates(path: str | Path, url: str, split: str | None, classes: 
                             f"({_capped(outside)}); paths must be relative to it, without '..' above it. Remove "
                             f"{'it' if len(outside) == 1 else 'them'} or pass {_opt('root')} a URL that contains "
                             f"{'it' if len(outside) == 1 else 'them'}")
-    labels_found = sorted({lab for _, lab in entries})
-    if classes is None:
-        _refuse_lookalikes(labels_found, lambda pairs: ManifestError(
-            f"{mpath}: labels {pairs} would become separate classes. Spell each class one way in the manifest, "
-            f"or pass {_opt('classes', labels_found)} to keep them apart"))
-    classes = _resolve_classes(labels_found, classes, lambda unknown, cl: ManifestError(
-        f"{mpath}: labels {_capped([repr(u) for u in unknown], sep=', ')} are not in {_name('classes', cl)}; add "
-        "them or fix the manifest"))
-    if not classes:
-        raise ManifestError(f"{mpath}: no entries" + (f" for split {split!r}" if split else ""))
-    class_id = {c: i for i, c in enumerate(classes)}
-    for rel, lab in entries:
-        cand.paths.append(rel)
-        cand.labels.append(class_id[lab])
+    classes = manifest_classes(mpath, entries, classes, cand)
     return bucket.root, cand, classes, {}, bucket
 
 

@@ -13,7 +13,7 @@ from ..errors import IndexBuildError
 
 from .options import JPEG_EXTENSIONS, NOT_JPEG, PACKAGE_FILES
 
-from .options import _index_first, _opt
+from .options import _index_first, _name, _opt
 
 from .options import _capped
 
@@ -208,3 +208,50 @@ def _resolve_classes(found: Sequence[str], classes: Sequence[str] | None, error)
     return classes
 
 
+def class_folders(found: Sequence[str], classes: Sequence[str] | None, root, base: str,
+                  items: str = "files") -> list[str]:
+    """The classes of a folder layout: ``classes`` checked against the class folders ``found`` under
+    ``base`` (or ``found`` itself, refusing look-alike names), for the builders of a local root and of
+    a bucket (``items``: what a class folder holds, for the messages).
+
+    Raises:
+        IndexBuildError: look-alike folder names, folders not in ``classes``, or no class folder.
+    """
+    if classes is None:
+        keep = _opt("classes", found)
+        keep = (f"pass {keep} to keep them apart" if keep else
+                f"to keep them apart, {_index_first(root, 'classes', found)}")
+        _refuse_lookalikes(found, lambda pairs: IndexBuildError(
+            f"class folders {pairs} under {str(root)!r} would become separate classes. Rename one folder of each "
+            f"pair (or move its {items} into the other), or {keep}"))
+    classes = _resolve_classes(found, classes, lambda unknown, cl: IndexBuildError(
+        f"class folders [{_capped([repr(u) for u in unknown], sep=', ')}] under {base!r} are not in "
+        f"{_name('classes', cl)}; add them to it or move them out of the root"))
+    if not classes:
+        raise IndexBuildError(f"no class folders under {base!r}; expected {base}/<class>/*.jpg")
+    return classes
+
+
+def manifest_classes(mpath, entries: Sequence[tuple[str, str]], classes: Sequence[str] | None,
+                     cand: _Candidates) -> list[str]:
+    """The classes of a manifest's ``(path, label)`` entries (``classes`` checked against the labels, or
+    the labels found, refusing look-alikes), the entries added to ``cand`` with their class ids.
+
+    Raises:
+        ManifestError: look-alike labels, or labels not in ``classes``.
+    """
+    from ..errors import ManifestError
+
+    labels_found = sorted({lab for _, lab in entries})
+    if classes is None:
+        _refuse_lookalikes(labels_found, lambda pairs: ManifestError(
+            f"{mpath}: labels {pairs} would become separate classes. Spell each class one way in the manifest, "
+            f"or pass {_opt('classes', labels_found)} to keep them apart"))
+    classes = _resolve_classes(labels_found, classes, lambda unknown, cl: ManifestError(
+        f"{mpath}: labels {_capped([repr(u) for u in unknown], sep=', ')} are not in {_name('classes', cl)}; add "
+        "them or fix the manifest"))
+    class_id = {c: i for i, c in enumerate(classes)}
+    for rel, lab in entries:
+        cand.paths.append(rel)
+        cand.labels.append(class_id[lab])
+    return classes
