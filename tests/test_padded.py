@@ -106,3 +106,17 @@ def test_padding_options_are_checked():
         AugmentSpec(ops=[Resize(16)])
     assert AugmentSpec(ops=[Resize(16)], pad_batch=8).variable_size
     assert "pad_batch=8" in repr(AugmentSpec(ops=[Resize(16)], pad_batch=8))
+
+
+@pytest.mark.parametrize("multiple", [1, 32])
+def test_the_gpu_graph_of_padded_batches_is_defined(multiple):
+    """The GPU variant of the padded graph passes DALI's definition checks here (no CUDA needed): the
+    decoder on mixed, the operations and the pad on the GPU, the sizes read from the GPU data."""
+    from test_gpu_graph import check_placement, define_graph, graph_nodes
+
+    nodes = graph_nodes(define_graph(spec(multiple), "gpu"))
+    shapes = [n for n in nodes if n["op"] == "_Shape"]
+    assert len(shapes) == 1 and shapes[0]["device"] == "cpu"  # a GPU tensor's shape is host metadata
+    check_placement([n for n in nodes if n["op"] != "_Shape"], "gpu")
+    pads = [n for n in nodes if n["op"] == "Pad"]
+    assert len(pads) == 1 and pads[0]["device"] == "gpu"
