@@ -133,10 +133,16 @@ class LoaderTelemetry:
         self._recent.append((now, images, waited))
         while self._recent and self._recent[0][0] < now - RECENT_S:
             self._recent.popleft()
-        for hook in self._hooks:
+        for hook in list(self._hooks):
             if now - hook[2] >= hook[1]:
                 hook[2] = now
-                hook[0](self.snapshot())
+                try:
+                    hook[0](self.snapshot())
+                except Exception:  # noqa: BLE001 - an exporter must not end a training run
+                    # said once, with the traceback, and the exporter dropped: training goes on without it
+                    log.exception("loader metrics: the callback %r raised; it is removed and training goes on "
+                                  "(fix it and attach it again with loader.on_metrics)", hook[0])
+                    self._hooks.remove(hook)
 
     def switch_executor(self, executor) -> None:
         """The facade replaced its executor (another index, after ``update_index``): keep the engine time
@@ -148,7 +154,8 @@ class LoaderTelemetry:
         self._engine_cpu0 = self._engine_cpu()
 
     def every(self, seconds: float, callback: Callable[[dict], None]) -> None:
-        """Call ``callback(metrics)`` after a batch at most every ``seconds`` seconds of wall time."""
+        """Call ``callback(metrics)`` after a batch at most every ``seconds`` seconds of wall time. A
+        callback that raises is logged with its traceback and removed: an exporter never ends a run."""
         self._hooks.append([callback, float(seconds), time.perf_counter()])
 
     # ------------------------------------------------------------------ read by the user

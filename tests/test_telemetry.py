@@ -227,3 +227,20 @@ def test_the_tqdm_bar_shows_the_data_wait(index):
         bar.close()
     with pytest.raises(ConfigError, match="not a tqdm bar"):
         TqdmMetrics([])
+
+
+def test_a_failing_exporter_is_said_and_dropped_not_fatal(index, caplog):
+    calls = []
+
+    def broken(metrics):
+        calls.append(metrics["batches"])
+        raise OSError("disk full")
+
+    with _loader(index, "torch") as loader:
+        loader.on_metrics(broken, every_s=0)
+        with caplog.at_level(logging.ERROR, logger="dali_backend.metrics"):
+            batches = sum(1 for _ in loader)
+    assert batches == 12 and calls == [1]  # called once, then removed; the pass went on
+    errors = [r for r in caplog.records if r.name == "dali_backend.metrics" and r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "it is removed and training goes on" in errors[0].getMessage()
+    assert "disk full" in caplog.text
