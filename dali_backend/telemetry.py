@@ -319,7 +319,8 @@ class TelemetryMixin:
 
     def on_metrics(self, callback, every_s: float = 10.0) -> None:
         """Call ``callback(loader.metrics())`` after a batch, at most every ``every_s`` seconds (an exporter:
-        TensorBoard, a logger, anything)."""
+        TensorBoard, a logger, anything). A callback that raises is logged with its traceback and
+        removed: an exporter never ends a training run."""
         if not (isinstance(every_s, (int, float)) and not isinstance(every_s, bool) and every_s >= 0):
             raise ConfigError(f"every_s={every_s!r}; must be a number of seconds >= 0")
         if not callable(callback):
