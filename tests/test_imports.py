@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import pathlib
 import subprocess
 import sys
@@ -31,35 +30,14 @@ def test_fallback_does_not_import_dali():
 
 def module_graph(root: pathlib.Path = ROOT) -> dict[str, set[str]]:
     """Every import between our modules (dali_backend, fallback, bench): at module level *and* inside
-    functions, plus ``own("...")`` (the one import by location, dali_backend._own), so that no arrow hides."""
-    modules, packages = {}, {}
-    for pkg in ("dali_backend", "fallback", "bench"):
-        for path in (root / pkg).rglob("*.py"):  # subpackages too (dali_backend.transforms)
-            parts = list(path.relative_to(root).with_suffix("").parts)
-            is_init = parts[-1] == "__init__"
-            name = ".".join(parts[:-1] if is_init else parts)
-            modules[name] = path
-            packages[name] = name if is_init else name.rsplit(".", 1)[0]
-    edges = {m: set() for m in modules}
-    for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text())):
-            targets = []
-            if isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = packages[name].split(".")
-                    anchor = ".".join(anchor[:len(anchor) - (node.level - 1)])
-                    base = f"{anchor}.{base}" if base else anchor
-                subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules]
-                targets = subs or [base]
-            elif isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "own" and node.args
-                  and isinstance(node.args[0], ast.Constant)):
-                targets = [node.args[0].value]
-            # a module importing its own package is how relative imports work, not an arrow
-            edges[name].update(t for t in targets if t in modules and t != name and not name.startswith(t + "."))
-    return edges
+    functions, plus imports by location (``own("...")``, ``import_module``, a path to one of our files),
+    so that no arrow hides. Read by ``scripts/import_graph.py``, the same reader the closing notes quote."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import import_graph
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    return import_graph.graph(root)
 
 
 # The layers, bottom up; an arrow may only point down (or within a layer).

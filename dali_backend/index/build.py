@@ -21,7 +21,7 @@ from .options import JPEG_EXTENSIONS, Verify, _capped, _opt
 from .report import _nothing_indexed, _reject_same_file_twice
 from .verify import _decode_check
 from .walk import (Rejected, _Candidates, _count, _follow_symlinks_hint, _is_inside, _norm_rel, _refuse_split_layout,
-                   _subdirs, _walk_jpegs, class_folders, manifest_classes)
+                   _subdirs, _walk_jpegs, class_folders, keyword_labelled, manifest_classes)
 
 Built = tuple[Path, _Candidates, Sequence[str]]  # (root, candidate files with labels, class names in id order)
 
@@ -79,15 +79,7 @@ def keyword_candidates(root: str | os.PathLike, rules: Mapping[str, Sequence[str
     root_real = os.path.realpath(root_path)
     found = _Candidates([], [], [], Counter())
     _walk_jpegs(str(root_path), str(root_path), root_real, allow_outside_symlinks, found, 0, {root_real})
-    cand = _Candidates([], [], found.rejected, found.ignored, found.extensions, found.ignored_files)
-    class_id = {c: i for i, c in enumerate(kw.classes)}
-    for rel in found.paths:
-        name, reason = kw.label(rel)
-        if name is None:
-            cand.rejected.append(Rejected(rel, reason or "unlabelled"))
-        else:
-            cand.paths.append(rel)
-            cand.labels.append(class_id[name])
+    cand = keyword_labelled(found, kw)
     return root_path, cand, kw.classes
 
 

@@ -32,7 +32,8 @@ from .manifest import _read_manifest
 from .options import JPEG_EXTENSIONS, PACKAGE_FILES, Verify, _capped, _opt
 from .report import _nothing_indexed
 from .verify import decode_check_bytes
-from .walk import Rejected, _Candidates, _count, _refuse_split_layout, class_folders, manifest_classes
+from .walk import (Rejected, _Candidates, _count, _refuse_split_layout, class_folders, keyword_labelled,
+                   manifest_classes)
 
 HEAD_RANGE = 16384  # bytes read first for the header check (JPEG headers without EXIF are < 2 KB)
 REMOTE_MIN_WORKERS = 32  # threads for a bucket's header checks: requests wait on the network, not the CPU
@@ -129,15 +130,7 @@ def keyword_candidates(url: str, rules: Mapping[str, Sequence[str]] | KeywordRul
     listing = _Listing(bucket)
     found = _Candidates([], [], [], Counter())
     listing.walk("", found, 0)
-    cand = _Candidates([], [], found.rejected, found.ignored, found.extensions, found.ignored_files)
-    class_id = {c: i for i, c in enumerate(kw.classes)}
-    for rel in found.paths:
-        name, reason = kw.label(rel)
-        if name is None:
-            cand.rejected.append(Rejected(rel, reason or "unlabelled"))
-        else:
-            cand.paths.append(rel)
-            cand.labels.append(class_id[name])
+    cand = keyword_labelled(found, kw)
     return bucket.root, cand, kw.classes, listing.objects, bucket
 
 

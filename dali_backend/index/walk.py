@@ -255,3 +255,18 @@ def manifest_classes(mpath, entries: Sequence[tuple[str, str]], classes: Sequenc
         cand.paths.append(rel)
         cand.labels.append(class_id[lab])
     return classes
+
+
+def keyword_labelled(found: _Candidates, kw) -> _Candidates:
+    """``found`` (every JPEG under a root, label 0) labelled by keyword rules ``kw``: a file matching no
+    class or several goes to the rejected files with the rule's reason, never guessed."""
+    cand = _Candidates([], [], found.rejected, found.ignored, found.extensions, found.ignored_files)
+    class_id = {c: i for i, c in enumerate(kw.classes)}
+    for rel in found.paths:
+        name, reason = kw.label(rel)
+        if name is None:
+            cand.rejected.append(Rejected(rel, reason or "unlabelled"))
+        else:
+            cand.paths.append(rel)
+            cand.labels.append(class_id[name])
+    return cand
