@@ -17,17 +17,13 @@ def _sizes(sizes: np.ndarray | None) -> tuple:
     return () if sizes is None else (torch.from_numpy(np.ascontiguousarray(sizes, dtype=np.int64)),)
 
 
-def _check_clips(dataset, sampler, on_error: str | None) -> int:
+def _check_clips(dataset, sampler) -> int:
     """Frames per draw: ``clip_len`` for a :class:`ClipSampler` over the dataset's index, else 1."""
     if not isinstance(sampler, ClipSampler):
         return 1
     if sampler.index.fingerprint != dataset.index.fingerprint:
         raise ConfigError("DaliLoader: the ClipSampler was built on another index than the dataset's; build both on "
                           "the same SampleIndex (Sequences.from_index(dataset.index))")
-    if (on_error or dataset.on_error) == "skip":
-        raise ConfigError("DaliLoader: on_error='skip' cannot apply to clips: replacing a bad frame by another "
-                          "sample of its class would put a foreign frame in the clip; use on_error='raise' (the "
-                          "default: the bad frame is named) and remove or fix the file")
     return sampler.clip_len
 
 
@@ -53,25 +49,41 @@ class ClipBatchesMixin:
                                f"clips of positions {draws[:, 1].tolist()} were planned; this is a bug in dali_backend, "
                                "please report it")
         clips = draws[:, 0]
-        frames = self.sampler.frames(clips)
-        if not np.array_equal(batch.served.reshape(-1, T), frames):
-            raise RuntimeError("the executor served other frames than the clips planned; this is a bug in "
-                               "dali_backend, please report it")
+        served = self._served_clips(clips, batch.served.reshape(-1, T))
         images = images.reshape(len(clips), T, *images.shape[1:])
-        labels = torch.from_numpy(self.sampler.labels[clips].copy()).to(batch.labels.device)
+        labels = torch.from_numpy(self.sampler.labels[served].copy()).to(batch.labels.device)
         if self.batch_transform is not None:
             images, labels = self.batch_transform(images, labels)
-        meta = self._clip_meta(batch, per_draw, clips) if self.return_meta else None
-        self._account(clips, clips, draws[:, 1])
+        meta = self._clip_meta(batch, per_draw, clips, served) if self.return_meta else None
+        self._account(clips, served, draws[:, 1], self._clip_name)
         sizes = None if batch.sizes is None else batch.sizes.reshape(len(clips), T, 2)
         return (images, labels, *_sizes(sizes)) + (() if meta is None else (meta,))
 
-    def _clip_meta(self, batch: Batch, per_draw, clips: np.ndarray) -> dict:
+    def _served_clips(self, clips: np.ndarray, frames: np.ndarray) -> np.ndarray:
+        """The clip numbers the executor served for the planned ``clips`` (``frames``: ``[B, T]`` served
+        sample indices): the planned ones, or under ``on_error="skip"`` whole clips of the same class."""
+        served = clips.copy()
+        for k in np.flatnonzero((frames != self.sampler.frames(clips)).any(axis=1)):
+            if self._clip_table is None or self.on_error != "skip":
+                raise RuntimeError("the executor served other frames than the clips planned; this is a bug in "
+                                   "dali_backend, please report it")
+            served[k] = self._clip_table.clip_of(frames[k])  # RuntimeError if the frames are no clip
+            if self.sampler.labels[served[k]] != self.sampler.labels[clips[k]]:
+                raise RuntimeError(f"clip {clips[k]} was replaced by clip {served[k]} of another class; this is a bug "
+                                   "in dali_backend, please report it")
+        return served
+
+    def _clip_name(self, clip: int) -> str:
+        """How ``stats().skipped_files`` names a clip: its first frame's path."""
+        return self.dataset.index.abspath(int(self.sampler.frames([clip])[0, 0]))
+
+    def _clip_meta(self, batch: Batch, per_draw, clips: np.ndarray, served: np.ndarray) -> dict:
         """``return_meta`` for clips: per clip (``[B]``) and per frame (``[B, T]``, lists of B lists of T)."""
         T, n = self.clip_len, len(clips)
         frame_meta = self._batch_meta(batch, per_draw)
         as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
-        return {"clip": as_tensor(clips), "sequence": as_tensor(self.sampler.clip_sequence[clips]),
+        return {"clip": as_tensor(served), "planned_clip": as_tensor(clips),
+                "sequence": as_tensor(self.sampler.clip_sequence[served]),
                 "index": frame_meta["index"].reshape(n, T), "planned": frame_meta["planned"].reshape(n, T),
                 "epoch": frame_meta["epoch"].reshape(n, T)[:, 0].contiguous(),
                 "position": frame_meta["position"].reshape(n, T)[:, 0].contiguous(),

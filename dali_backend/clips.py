@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 from torch.utils.data import Sampler
 
 from .errors import ConfigError
+from .reading import ClipTable
 from .sampler import LabelledItems, Mode, WeightedSampler, check_epoch
 from .sequences import SHOWN, Sequences, _shown
 
@@ -187,6 +188,10 @@ class ClipSampler(Sampler[Clip]):
         clips = np.asarray(clips, dtype=np.int64).reshape(-1)
         offsets = self.starts[clips][:, None] + np.arange(self.clip_len, dtype=np.int64)[None, :] * self.stride
         return self.sequences.frames[offsets]
+
+    def table(self) -> ClipTable:
+        """The clips as plain arrays for the readers (``on_error="skip"`` replaces whole clips)."""
+        return ClipTable(self.sequences.frames, self.starts, self.labels, self.clip_len, self.stride)
 
     # ----------------------------------------------------------------------------------- draws
     @property

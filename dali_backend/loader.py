@@ -134,7 +134,8 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
     clips' ``[B]``; ``len()``, ``stats()`` and ``state_dict()`` count clips and batches of clips (not
     frames); ``meta`` holds ``"clip"``, ``"sequence"``, ``"epoch"`` and ``"position"`` per clip,
     ``"index"`` and ``"planned"`` ``[B, T]``, and ``"path"`` and ``"params"`` as B lists of T.
-    ``on_error="skip"`` is refused with clips (a replacement would put a foreign frame in a clip).
+    ``on_error="skip"`` replaces a clip with a bad frame by a whole clip of its class (never one frame:
+    that would put a foreign frame in the clip).
     Arguments that have no effect on the chosen backend warn once.
     """
 
@@ -153,7 +154,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         _check_numbers(batch_size=batch_size, num_workers=num_workers, prefetch_factor=prefetch_factor,
                        prefetch_queue_depth=prefetch_queue_depth, hw_decoder_load=hw_decoder_load, timeout=timeout)
         # clips: each draw is clip_len frames, run as that many ordinary samples and regrouped here
-        self.clip_len = _check_clips(dataset, sampler, on_error)
+        self.clip_len = _check_clips(dataset, sampler)
         frames_per_batch = int(batch_size) * self.clip_len
         self.backend, device_id, reason = choose_backend(device, backend)
         announce_backend(device, backend, self.backend, reason)
@@ -179,6 +180,8 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         self.sampler = sampler if sampler is not None else default_sampler(dataset.index, shuffle, seed)
         self.on_error = check_on_error(on_error or dataset.on_error)
         self.return_meta, self.batch_transform = bool(return_meta), batch_transform
+        # on_error="skip" with clips: the readers replace a clip with a bad frame by a whole clip of its class
+        self._clip_table = self.sampler.table() if isinstance(self.sampler, ClipSampler) else None
         if persistent_workers is None:
             persistent_workers = num_workers > 0
         # DataLoader attributes that training frameworks read
@@ -198,7 +201,8 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
                     ds, frames_per_batch, self.on_error, num_workers=self.num_workers, pin_memory=pin_memory,
                     timeout=timeout, worker_init_fn=worker_init_fn, prefetch_factor=prefetch_factor,
                     persistent_workers=persistent_workers, multiprocessing_context=context,
-                    pin_memory_device=pin_memory_device, with_params=self.return_meta, timed=bool(telemetry))
+                    pin_memory_device=pin_memory_device, with_params=self.return_meta, timed=bool(telemetry),
+                    clips=self._clip_table)
         else:
             if py_start_method is None and context_method in ("fork", "spawn"):
                 py_start_method = context_method
@@ -208,7 +212,8 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
             def make_executor(ds) -> Executor:
                 return _DaliExecutor(ds, self.on_error, (
                     ds, frames_per_batch, self.backend, device_id, self.num_workers, prefetch_queue_depth,
-                    hw_decoder_load, py_start_method, self.on_error, float(timeout), worker_init_fn, self.return_meta))
+                    hw_decoder_load, py_start_method, self.on_error, float(timeout), worker_init_fn, self.return_meta,
+                    self._clip_table))
         self._make_executor = make_executor  # again when a data change moves to another index (update_index)
         self._datasets = {dataset.index.fingerprint: dataset}  # one dataset per index the schedule draws from
         self._epoch_planned = False  # a pass of the selected epoch was planned (its data can no longer change)

@@ -39,6 +39,7 @@ log = logging.getLogger("dali_backend")
 OnError = Literal["raise", "skip"]
 SERVED_BAD = -2  # the "served" index of a draw whose file was bad under on_error="raise" (both executors)
 MAX_REPLACEMENTS = 32
+_CLIP_REPLACE_STREAM = 0xC119
 PREFETCH_THREADS = 16  # concurrent GETs per reader process (a URL root): what hides the network's latency
 MAX_PREFETCHED = 256  # fetched-ahead samples held per process at most (oldest dropped first)
 _REPLACE_STREAM = 0x5C1
@@ -50,6 +51,53 @@ def check_on_error(on_error: str) -> OnError:
         raise ConfigError(f"on_error={on_error!r}; use 'raise' (default: stop and name the file) or 'skip' "
                           "(replace the draw by another sample of its class, counted and reported)")
     return on_error  # type: ignore[return-value]
+
+
+class ClipTable:
+    """The clips of a :class:`~dali_backend.clips.ClipSampler` as plain arrays, for the readers of
+    ``on_error="skip"``: which clip a planned run of frames is, its class, and the clips of that class
+    that may replace it (cheap to fork or pickle: about 8 bytes per frame and 16 per clip).
+
+    Args:
+        frames: sample indices, sequence by sequence, in frame order (``Sequences.frames``).
+        starts: each clip's first frame, as a place in ``frames`` (ascending).
+        labels: each clip's class id.
+        clip_len: frames per clip.
+        stride: places in ``frames`` between a clip's consecutive frames.
+    """
+
+    def __init__(self, frames: NDArray[np.int64], starts: NDArray[np.int64], labels: NDArray[np.int64],
+                 clip_len: int, stride: int):
+        self.frames, self.starts, self.labels = frames, starts, labels
+        self.clip_len, self.stride = int(clip_len), int(stride)
+        self.place = np.full(int(frames.max(initial=-1)) + 1, -1, np.int64)  # sample -> its place in frames
+        self.place[frames] = np.arange(len(frames), dtype=np.int64)
+
+    def clip_frames(self, clip: int) -> NDArray[np.int64]:
+        """The ``clip_len`` sample indices of clip number ``clip``, in frame order."""
+        return self.frames[self.starts[clip] + np.arange(self.clip_len, dtype=np.int64) * self.stride]
+
+    def clip_of(self, frames: NDArray[np.int64]) -> int:
+        """The clip number whose frames are ``frames``; RuntimeError if no clip is (a bug: the loader
+        plans only clips)."""
+        first = int(frames[0])
+        place = int(self.place[first]) if 0 <= first < len(self.place) else -1
+        c = int(np.searchsorted(self.starts, place))
+        if place < 0 or c >= len(self.starts) or self.starts[c] != place \
+                or not np.array_equal(self.clip_frames(c), frames):
+            raise RuntimeError(f"frames {np.asarray(frames).tolist()} are no clip of the sampler; this is a bug in "
+                               "dali_backend, please report it")
+        return c
+
+    def replacements(self, clip: int, seed: int, epoch: int, position: int) -> NDArray[np.int64]:
+        """Clips that may replace ``clip`` drawn at (epoch, position): of its class, in an order that is
+        a pure function of (seed, epoch, position), at most :data:`MAX_REPLACEMENTS`."""
+        same = np.flatnonzero(self.labels == self.labels[clip])
+        same = same[same != clip]
+        if same.size == 0:
+            return same
+        rng = np.random.default_rng([_CLIP_REPLACE_STREAM, int(seed), int(epoch), int(position)])
+        return same[rng.permutation(same.size)[:MAX_REPLACEMENTS]]
 
 
 class EncodedCache:
@@ -315,3 +363,25 @@ class SampleReader:
                 continue
         raise BadImageError(first, i, int(self.labels[i]), epoch,
                             f"unusable, and no usable replacement among {MAX_REPLACEMENTS} samples of its class")
+
+    def serve_clip(self, table: ClipTable, frames: NDArray[np.int64], epoch: int, position: int,
+                   load: Callable[[NDArray[np.int64]], list[T]]) -> tuple[NDArray[np.int64], list[T]]:
+        """``(served frames, load(served frames))`` for the clip of ``frames`` drawn at (epoch, position)
+        under ``on_error="skip"``: the clip itself when every frame loads, else the first clip of
+        :meth:`ClipTable.replacements` whose every frame loads. ``load`` loads all frames of a clip and
+        raises :class:`BadImageError` for the first bad one. Every frame of a clip is served by the same
+        rule, in whichever process reads it, so the whole clip is replaced and never mixed."""
+        try:
+            return frames, load(frames)
+        except BadImageError as e:
+            first = e
+        clip = table.clip_of(frames)
+        for cand in table.replacements(clip, self.seed, epoch, position):
+            cand_frames = table.clip_frames(int(cand))
+            try:
+                return cand_frames, load(cand_frames)
+            except BadImageError:
+                continue
+        raise BadImageError(first.path, first.index, first.label, epoch,
+                            f"{first.reason}; its clip {clip} has no usable replacement among {MAX_REPLACEMENTS} "
+                            "clips of its class")

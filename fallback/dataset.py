@@ -167,6 +167,12 @@ class ImageDataset(Dataset):
             raise IndexError(f"sample index {i} out of range for {len(self.index)} samples")
         served, img = self.reader.serve(i, pepoch, position, on_error or self.on_error,
                                         lambda j: self.decode(j, epoch, stages))
+        return self.augment_served(item, served, img, stages)
+
+    def augment_served(self, item, served: int, img: NDArray[np.uint8], stages: dict | None = None):
+        """:meth:`load_draw_with_params` of ``item`` once sample ``served`` was read and decoded as
+        ``img`` (the planned sample, or its replacement under ``on_error="skip"``)."""
+        i, _, pepoch, position = resolve_item(item, self.epoch)
         t0 = time.perf_counter()
         params = self.spec.make_params(self.seed, pepoch, position, img.shape[:2])
         out = ops.apply_spec(img, self.spec, params)

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from dali_backend.boundary import BadDraw, Batch, Plan, plain_params
 from dali_backend.errors import BadImageError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError
 from dali_backend.memory import BATCHES_PER_TRIM, EveryNth
-from dali_backend.reading import SERVED_BAD
+from dali_backend.reading import SERVED_BAD, ClipTable
 from dali_backend.sampler import Draw
 
 from .dataset import ImageDataset
@@ -48,8 +48,10 @@ class _Uint8View(Dataset):
     reaches that batch, as the DALI path does.
     """
 
-    def __init__(self, dataset: ImageDataset, on_error: str, with_params: bool = False, timed: bool = True):
+    def __init__(self, dataset: ImageDataset, on_error: str, with_params: bool = False, timed: bool = True,
+                 clips: ClipTable | None = None):
         self.dataset, self.on_error, self.with_params, self.timed = dataset, on_error, with_params, timed
+        self.clips = clips if on_error == "skip" else None  # whole clips are replaced under skip
         self._trim = EveryNth(WORKER_TRIM_EVERY)  # each worker counts its own samples (its own copy)
 
     def __len__(self) -> int:
@@ -59,7 +61,39 @@ class _Uint8View(Dataset):
         """A batch (torch's fetcher calls this with the batch's draws): objects in a bucket are fetched
         concurrently first, so the batch waits for the network once, then decoded one by one."""
         self.dataset.reader.prefetch([d.index for d in draws])
+        if self.clips is not None:
+            T = self.clips.clip_len
+            return [s for k in range(0, len(draws), T) for s in self._clip(draws[k:k + T])]
         return [self[d] for d in draws]
+
+    def _clip(self, draws: list[Draw]) -> list:
+        """The samples of one clip's frames under ``on_error="skip"``: every frame of the clip, or every
+        frame of its replacement (:meth:`~dali_backend.reading.SampleReader.serve_clip`)."""
+        if len(draws) != self.clips.clip_len or len({(d.epoch, d.position) for d in draws}) != 1:
+            raise RuntimeError(f"a batch's frames {draws} do not make whole clips of {self.clips.clip_len}; this is "
+                               "a bug in dali_backend, please report it")
+        self._trim()
+        ds, epoch, position = self.dataset, draws[0].epoch, draws[0].position
+        stages: dict[str, float] = {}
+        timed = stages if self.timed else None
+        try:
+            served, images = ds.reader.serve_clip(self.clips, np.array([d.index for d in draws], np.int64), epoch,
+                                                  position, lambda fr: [ds.decode(int(j), epoch, timed) for j in fr])
+        except BadImageError as e:
+            return [self._bad(d, e, stages if k == 0 else {}) for k, d in enumerate(draws)]
+        out = []
+        for k, (d, j, img) in enumerate(zip(draws, served, images)):
+            image, label, meta, params = ds.augment_served(d, int(j), img, timed)
+            note = plain_params(params) if self.with_params else None
+            out.append((image, label, np.append(meta, d.epoch), note, stages if k == 0 else {}))
+        return out
+
+    def _bad(self, draw: Draw, error: BadImageError, stages: dict) -> tuple:
+        """A bad draw's sample: blank, served ``SERVED_BAD``, with the error's fields for the loader."""
+        spec = self.dataset.spec
+        blank = np.zeros((1 if spec.color == "gray" else 3, spec.height, spec.width), np.uint8)
+        return (blank, -1, np.array([draw.index, SERVED_BAD, draw.position, draw.epoch], np.int64),
+                BadDraw.from_error(error), stages)
 
     def __getitem__(self, draw: Draw):
         self._trim()  # keep worker RSS flat (full-resolution temporaries)
@@ -70,10 +104,7 @@ class _Uint8View(Dataset):
             note = plain_params(params) if self.with_params else None
             return image, label, np.append(meta, draw.epoch), note, stages
         except BadImageError as e:
-            spec = self.dataset.spec
-            blank = np.zeros((1 if spec.color == "gray" else 3, spec.height, spec.width), np.uint8)
-            return (blank, -1, np.array([draw.index, SERVED_BAD, draw.position, draw.epoch], np.int64),
-                    BadDraw.from_error(e), stages)
+            return self._bad(draw, e, stages)
 
 
 def pad_images(images: list[np.ndarray], multiple: int) -> tuple[np.ndarray, np.ndarray]:
@@ -124,7 +155,9 @@ class TorchExecutor:
     """Runs planned batches through a ``DataLoader`` of OpenCV workers (the ``torch`` backend).
 
     Args are ``DataLoader``'s (``worker_init_fn``, ``prefetch_factor``, ``persistent_workers``,
-    ``multiprocessing_context``, ``pin_memory``/``pin_memory_device`` and ``timeout`` as there).
+    ``multiprocessing_context``, ``pin_memory``/``pin_memory_device`` and ``timeout`` as there);
+    ``clips``: the sampler's :class:`~dali_backend.reading.ClipTable` when the rows are clips (runs of
+    ``clip_len`` frames): under ``on_error="skip"`` a clip with a bad frame is replaced whole.
     """
 
     device = torch.device("cpu")
@@ -132,7 +165,7 @@ class TorchExecutor:
     def __init__(self, dataset: ImageDataset, batch_size: int, on_error: str, num_workers: int = 0,
                  pin_memory: bool = False, timeout: float = 0, worker_init_fn=None, prefetch_factor: int | None = None,
                  persistent_workers: bool = False, multiprocessing_context=None, pin_memory_device: str = "",
-                 with_params: bool = False, timed: bool = True):
+                 with_params: bool = False, timed: bool = True, clips: ClipTable | None = None):
         self.batch_size, self.timeout, self.with_params = batch_size, timeout, with_params
         self.rows = np.zeros((0, len(Plan)), np.int64)
         self._trim = EveryNth(BATCHES_PER_TRIM)
@@ -140,7 +173,7 @@ class TorchExecutor:
         workers = num_workers > 0
         extra = {"pin_memory_device": pin_memory_device} if pin_memory and pin_memory_device else {}
         self._loader = DataLoader(
-            _Uint8View(dataset, on_error, with_params, timed), batch_sampler=_PlannedBatches(self), num_workers=num_workers,
+            _Uint8View(dataset, on_error, with_params, timed, clips), batch_sampler=_PlannedBatches(self), num_workers=num_workers,
             collate_fn=functools.partial(_collate_uint8, pad=dataset.spec.pad_batch), pin_memory=pin_memory, worker_init_fn=worker_init_fn,
             # torch draws each pass's worker seed from this generator: never from the user's global RNG
             # (DALI does not touch it either, so a training script's random numbers are the same on both)

@@ -362,16 +362,100 @@ def test_a_bad_frame_raises_naming_it(tmp_path, kind):
     loader.close()
 
 
-def test_skip_is_refused_for_clips_and_other_indexes_too(ds, seq_index, tmp_path):
-    sampler = ClipSampler(seq_index, clip_len=2, step=1)
-    with pytest.raises(ConfigError, match=r"on_error='skip' cannot apply to clips.*foreign frame"):
-        DaliLoader(ds, batch_size=2, sampler=sampler, on_error="skip", backend="torch", device="cpu")
-    skipping = ImageDataset(seq_index, AugmentSpec(size=16), on_error="skip")
-    with pytest.raises(ConfigError, match="on_error='skip' cannot apply to clips"):
-        DaliLoader(skipping, batch_size=2, sampler=sampler, backend="torch", device="cpu")
+def test_a_clip_sampler_of_another_index_is_refused(ds, tmp_path):
     other = SampleIndex.from_folder(make_sequences(tmp_path, {"x/a": ["f1.jpg", "f2.jpg"]}), progress=False)
     with pytest.raises(ConfigError, match="another index than the dataset's"):
         DaliLoader(ds, batch_size=2, sampler=ClipSampler(other, clip_len=2, step=1), backend="torch", device="cpu")
+
+
+SKIP_LAYOUT = {"dent/c": [f"f{k}.jpg" for k in range(1, 7)], "ok/a": [f"f{k}.jpg" for k in range(1, 7)],
+               "ok/b": [f"f{k}.jpg" for k in range(1, 7)]}  # clips of 3, step 3: 0 c0, 1 c1 (dent); 2 a0, 3 a1, 4 b0, 5 b1 (ok)
+
+
+def skip_epoch(index, kind: str, **kw) -> tuple[list, dict]:
+    """One epoch of 3-frame clips under on_error='skip': (images, labels, meta) per batch, and stats()."""
+    sampler = ClipSampler(index, clip_len=3, step=3, mode="sequential")
+    ds = ImageDataset(index, AugmentSpec(ops=[RandomResizedCrop(16, scale=(0.5, 1.0)), RandomHorizontalFlip()]),
+                      seed=4, on_error="skip")
+    with DaliLoader(ds, batch_size=2, sampler=sampler, return_meta=True, **KINDS[kind], **kw) as loader:
+        return [(x, y, m) for x, y, m in loader], loader.stats()
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "torch-workers", "dali-cpu-workers"])
+def test_skip_replaces_a_clip_with_a_bad_frame_by_a_whole_clip_of_its_class(tmp_path, kind):
+    root = make_sequences(tmp_path / "data", SKIP_LAYOUT)
+    index = SampleIndex.from_folder(root, progress=False)
+    bad = root / "ok/a/f5.jpg"  # the middle frame of clip a1 (f4 f5 f6): f4 and f6 are fine
+    bad.write_bytes(b"\0" * bad.stat().st_size)  # the same size: only the read-time check sees it
+    extra = {"num_workers": 2} if kind.endswith("workers") else {}
+    batches, stats = skip_epoch(index, kind.removesuffix("-workers"), **extra)
+    sampler = ClipSampler(index, clip_len=3, step=3, mode="sequential")
+    planned = torch.cat([m["planned_clip"] for _, _, m in batches]).tolist()
+    served = torch.cat([m["clip"] for _, _, m in batches]).tolist()
+    assert planned == list(range(6))
+    assert [p for p, s in zip(planned, served) if p != s] == [3]  # a1 only
+    assert served[3] in (2, 4, 5) and sampler.labels[served[3]] == index.classes.index("ok")  # a clip of its class
+    for _, y, m in batches:
+        for k in range(len(y)):
+            clip = int(m["clip"][k])
+            want = [index.abspath(int(i)) for i in sampler.frames([clip])[0]]
+            assert m["path"][k] == want, "every frame of the clip comes from the one served clip, in order"
+            assert m["index"][k].tolist() == sampler.frames([clip])[0].tolist()
+            assert m["planned"][k].tolist() == sampler.frames([int(m["planned_clip"][k])])[0].tolist()
+            assert int(y[k]) == sampler.labels[clip]
+            assert all(p == m["params"][k][0] for p in m["params"][k]), "one draw of parameters for the clip"
+    assert stats["skipped"] == 1 and stats["yielded"] == 5 and stats["accounted"] == stats["draws"] == 6
+    assert stats["skipped_files"] == [(str(root / "ok/a/f4.jpg"), index.abspath(int(sampler.frames([served[3]])[0, 0])))]
+    # the replacement's pixels are the served clip's own, as a run without the bad file would give them
+    # at that position: same parameters (the position's), same frames
+    images = torch.cat([x for x, _, _ in batches])
+    again = ImageDataset(index, AugmentSpec(ops=[RandomResizedCrop(16, scale=(0.5, 1.0)), RandomHorizontalFlip()]),
+                         seed=4)
+    position = int(batches[1][2]["position"][1])
+    want = torch.stack([again[Draw(int(i), 0, position)][0] for i in sampler.frames([served[3]])[0]])
+    if kind.startswith("torch"):
+        assert torch.equal(images[3], want)
+    else:
+        assert_within_tolerance([images[3]], [want], again.spec)
+
+
+def test_skip_chooses_the_same_replacement_clips_on_both_backends(tmp_path):
+    root = make_sequences(tmp_path / "data", SKIP_LAYOUT)
+    index = SampleIndex.from_folder(root, progress=False)
+    for name in ("ok/a/f2.jpg", "ok/b/f6.jpg", "dent/c/f1.jpg"):  # one bad frame in a0 (2), b1 (5) and c0 (0)
+        (root / name).write_bytes(b"\0" * (root / name).stat().st_size)
+    got = {}
+    for kind in KINDS:
+        batches, stats = skip_epoch(index, kind)
+        got[kind] = (torch.cat([m["clip"] for _, _, m in batches]).tolist(), stats["skipped"])
+    served, skipped = got["torch"]
+    assert got["dali-cpu"] == got["torch"] and skipped == 3
+    assert served[0] == served[1] == 1  # c1: dent's only good clip
+    assert served[2] in (3, 4) and served[5] in (3, 4) and served[3:5] == [3, 4]  # a1 and b0: ok's good clips
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_skip_without_a_usable_clip_of_the_class_raises_naming_the_frame(tmp_path, kind):
+    root = make_sequences(tmp_path / "data", SKIP_LAYOUT)
+    index = SampleIndex.from_folder(root, progress=False)
+    for name in ("dent/c/f2.jpg", "dent/c/f4.jpg"):  # both clips of dent hold a bad frame
+        (root / name).write_bytes(b"\0" * (root / name).stat().st_size)
+    with pytest.raises(BadImageError, match=r"dent/c/f2.jpg: no JPEG signature; its clip 0 has no usable "
+                                            r"replacement among 32 clips of its class"):
+        skip_epoch(index, kind)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_skip_replaces_a_clip_whose_frame_the_decoder_refuses(tmp_path, kind):
+    from test_faults import corrupt_huffman  # passes the read-time checks; DALI's decoder and OpenCV refuse it
+
+    root = make_sequences(tmp_path / "data", SKIP_LAYOUT)
+    bad = root / "ok/b/f3.jpg"  # the last frame of clip b0 (4)
+    bad.write_bytes(corrupt_huffman(bad.read_bytes()))
+    index = SampleIndex.from_folder(root, progress=False)
+    batches, stats = skip_epoch(index, kind)
+    served = torch.cat([m["clip"] for _, _, m in batches]).tolist()
+    assert served[:4] + served[5:] == [0, 1, 2, 3, 5] and served[4] in (2, 3, 5) and stats["skipped"] == 1
 
 
 def test_frames_of_other_sizes_differ_only_in_size_dependent_parameters(tmp_path):

@@ -210,7 +210,7 @@ class _DaliRunner:
 
     def __init__(self, dataset, batch_size: int, backend: str, device_id: int | None, num_workers: int,
                  prefetch_queue_depth: int, hw_decoder_load: float, py_start_method: str | None, on_error: str,
-                 timeout: float = 0.0, worker_init_fn=None, with_params: bool = False):
+                 timeout: float = 0.0, worker_init_fn=None, with_params: bool = False, clips=None):
         from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
         from . import graph
@@ -228,7 +228,7 @@ class _DaliRunner:
         longest = len(os.fsencode(index.root)) + 1 + int(np.diff(index.paths.offsets).max(initial=0))
         self.ring = SlotRing(4 * self.lookahead * batch_size, note_bytes(dataset.spec, longest, with_params))
         # the dataset's reader: shares its cache
-        source = DrawSource(dataset.reader, dataset.spec, on_error, self.ring, with_params)
+        source = DrawSource(dataset.reader, dataset.spec, on_error, self.ring, with_params, clips)
         # torchrun starts one process per GPU on a node: share the node's cores between them
         threads = num_workers if num_workers > 0 else max(1, len(os.sched_getaffinity(0)) // local_ranks()[1])
         # Python workers only read files (checked bytes); DALI's threads decode. One reader kept up

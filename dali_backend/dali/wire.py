@@ -27,7 +27,7 @@ from ..augment import AugmentSpec
 from ..boundary import BadDraw, Kind, Params, plain_params
 from ..errors import BadImageError
 from ..jpeg import decoded_size
-from ..reading import SERVED_BAD, OnError, SampleReader
+from ..reading import SERVED_BAD, ClipTable, OnError, SampleReader
 from .workers import become_worker
 
 class Col(IntEnum):
@@ -169,9 +169,41 @@ class DrawSource:
     """
 
     def __init__(self, reader: SampleReader, spec: AugmentSpec, on_error: OnError, ring: SlotRing,
-                 with_params: bool = False):
+                 with_params: bool = False, clips: ClipTable | None = None):
         self.reader, self.spec, self.on_error, self.ring, self.with_params = reader, spec, on_error, ring, with_params
+        self.clips = clips if on_error == "skip" else None  # whole clips are replaced under skip
+        self._clip_memo: tuple | None = None  # the last clip this process served: (key, frames, bytes or error)
         self.parent = os.getpid()
+
+    def _serve_frame(self, slot: int, index: int, epoch: int, position: int) -> tuple[int, np.ndarray]:
+        """``(served index, checked bytes)`` of the draw in ``slot``: the sample itself (or its replacement),
+        or with clips under ``on_error="skip"``, frame ``t`` of its clip or of the clip replacing it.
+
+        A clip's frames are ``clip_len`` consecutive slots from a multiple of ``clip_len`` (the loader
+        plans whole clips, and every batch, of ``batch_size * clip_len`` slots, starts at a multiple of
+        its size). Every frame checks its whole clip by the same rule, in whichever worker reads it, so
+        a clip is replaced whole or not at all; a worker serving consecutive frames checks once."""
+        if self.clips is None:
+            return self.reader.serve(index, epoch, position, self.on_error, lambda j: self.reader.read(j, epoch))
+        T = self.clips.clip_len
+        start = slot - slot % T
+        rows = np.stack([self.ring.read(s) for s in range(start, start + T)])
+        if ((rows[:, Col.EPOCH] != epoch) | (rows[:, Col.POSITION] != position) | (rows[:, Col.KIND] != Kind.DRAW)).any():
+            raise RuntimeError(f"slots {start}..{start + T - 1} hold no whole clip; this is a bug in dali_backend, "
+                               "please report it")
+        frames = rows[:, Col.INDEX].copy()
+        key = (epoch, position, frames.tobytes())
+        if self._clip_memo is None or self._clip_memo[0] != key:
+            try:
+                served, data = self.reader.serve_clip(self.clips, frames, epoch, position,
+                                                      lambda fr: [self.reader.read(int(j), epoch) for j in fr])
+                self._clip_memo = (key, served, data)
+            except BadImageError as e:
+                self._clip_memo = (key, None, e)
+        _, served, data = self._clip_memo
+        if served is None:
+            raise data
+        return int(served[slot - start]), data[slot - start]
 
     def __setstate__(self, state):  # a spawned reader worker unpickling its callback
         self.__dict__.update(state)
@@ -201,8 +233,7 @@ class DrawSource:
             self._prefetch(slot)
         if kind == Kind.DRAW:
             try:
-                served, data = self.reader.serve(index, epoch, position, self.on_error,
-                                                 lambda j: self.reader.read(j, epoch))
+                served, data = self._serve_frame(slot, index, epoch, position)
                 size = decoded_size(data) if self.spec.needs_size else None
                 if size is None and self.spec.needs_size:
                     raise BadImageError(self.reader.path(served), served, int(self.reader.labels[served]), epoch,
