@@ -22,7 +22,9 @@ assumption (every rank at the same batch when the state was taken) is what data-
 does; it cannot be checked from one rank's state, and a state taken on one rank only while the others
 ran ahead or behind would repeat or skip their extra batches. What can be checked is: the state's
 numbers agree with each other and with this partition, and the old rank's plan (its digest) is the one
-this sampler computes for it.
+this sampler computes for it. A sampler whose rank batches are no prefix (an
+:class:`~dali_backend.grouping.AspectGroupedSampler`: ``consumes_prefix`` False) resumes on other
+ranks only from an epoch boundary.
 """
 
 from __future__ import annotations
