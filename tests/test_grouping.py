@@ -269,3 +269,23 @@ def test_padding_fraction_by_hand():
     assert padding_fraction(sizes, 8) == pytest.approx(1 - 400 / (2 * 24 * 24))
     assert padding_fraction([torch.tensor([[[8, 8], [8, 8]]])], 8) == 0.0  # clips [B, T, 2], tensors
     assert padding_fraction([], 8) == 0.0
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_passes_follow_the_grouped_plan_epoch_after_epoch(index, kind):
+    """Pass after pass on one loader (DALI plans the next epoch ahead): each pass serves its epoch's
+    grouped order, a new one each epoch; the sampler survives a copy and a pickle."""
+    import copy
+    import pickle
+
+    sampler = grouped(index)
+    loader = DaliLoader(ImageDataset(index, spec(), seed=5), batch_size=B, sampler=sampler, return_meta=True,
+                        **KINDS[kind])
+    passes = [served(list(loader)) for _ in range(3)]
+    loader.close()
+    for epoch, got in enumerate(passes):
+        idx, pos = sampler.rank_draw(epoch)
+        assert got == list(zip(idx.tolist(), pos.tolist())), (kind, epoch)
+    assert passes[0] != passes[1] != passes[2]
+    for clone in (copy.deepcopy(sampler), pickle.loads(pickle.dumps(sampler))):
+        assert np.array_equal(clone.rank_draw(1)[1], sampler.rank_draw(1)[1]) and clone.epoch == sampler.epoch
