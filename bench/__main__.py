@@ -3,7 +3,8 @@
 Each contender runs in a fresh process on the same data, one after the other; the table, a JSON file
 and PNG charts (matplotlib) come out. With ``--source-sizes`` the whole comparison runs once per
 synthetic source size and a second chart shows each contender's ratio to the ceiling against the
-size. Compare ratios from one run: the machines are noisy.
+size. Compare ratios from one run: the machines are noisy. ``--padding`` adds the padding fraction of
+variable-size batches with and without aspect grouping (:mod:`bench.padding`).
 
 The arguments are defined once, in :func:`add_arguments`, and used both here and by
 ``dali-backend bench``; errors are handled by :func:`dali_backend.cliargs.run_command` for both.
@@ -78,6 +79,9 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--no-plot", action="store_true", help="no charts (runs without matplotlib)")
     p.add_argument("--breakdown", action="store_true", help="also time each stage of the contract on one core "
                    "(ms per image), to read every contender's own overhead against")
+    p.add_argument("--padding", action="store_true", help="also measure variable-size batches (Resize(192, "
+                   "max_size=320), pad_batch=32) on synthetic images of mixed aspect ratios: the padding fraction and "
+                   "img/s without and with AspectGroupedSampler, per loader compared (bench.padding)")
     p.add_argument("--cache", type=output_dir, default=None, help="where synthetic data is generated")
     add_index_load_arguments(p)
     p.add_argument("--one", choices=CONTENDERS, help=argparse.SUPPRESS)
@@ -273,7 +277,11 @@ def run(args) -> int:
             raise IndexBuildError(f"--data {args.data}: no usable images (see the rejected files above); put JPEGs in "
                                   "root/<class>/, or drop --data for synthetic data")
         png = None if args.no_plot else args.png or out_json.with_suffix(".png")
-        return 0 if _run_size(index, index.root, out_json, png, args, names, machine) else 1
+        if not _run_size(index, index.root, out_json, png, args, names, machine):
+            return 1
+        if args.padding:
+            _padding(args, Path(args.cache or default_cache()), out_json, names)
+        return 0
 
     sizes = args.source_sizes or [args.source_size]
     cache = Path(args.cache or default_cache())
@@ -305,7 +313,24 @@ def run(args) -> int:
             png = args.png or out_json.with_name(f"{out_json.stem}-sizes.png")
             shown += f"  chart: {ratio_by_size_chart(runs, machine, png)}"
         print("\n" + shown)
+    if args.padding:
+        _padding(args, cache, out_json, names)
     return 0
+
+
+def _padding(args, cache: Path, out_json: Path, names: list[str]) -> None:
+    """``--padding``: :mod:`bench.padding`'s table for the loaders compared (the fallback without DALI),
+    and its JSON beside the comparison's."""
+    from .padding import run_padding
+
+    loaders = {"fallback": "torch", "dali-cpu": "dali-cpu", "dali-gpu": "dali-gpu"}
+    backends = [loaders[n] for n in names if n in loaders] or ["torch"]
+    doc = run_padding(cache / f"padding-{args.images}-mixed", images=args.images, batch_size=args.batch_size,
+                      workers=args.workers, epochs=args.epochs, backends=backends)
+    path = out_json.with_name(f"{out_json.stem}-padding.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2))
+    print(f"\npadding results: {path}")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -23,7 +23,7 @@ logging.getLogger("dali_backend").addHandler(logging.NullHandler())
 __version__ = "0.1.0"
 __all__ = [
     "AugmentSpec", "AugParams", "Clahe", "draw_params", "SampleIndex", "Rejected", "KeywordRules", "DEFAULT_KEYWORDS",
-    "WeightedSampler", "Draw", "Sequences", "ClipSampler", "Clip", "DaliLoader", "ImageDataset", "FallbackLoader", "DaliBackendError", "ConfigError",
+    "WeightedSampler", "Draw", "AspectGroupedSampler", "padding_fraction", "Sequences", "ClipSampler", "Clip", "DaliLoader", "ImageDataset", "FallbackLoader", "DaliBackendError", "ConfigError",
     "IndexBuildError", "IndexFileError",
     "ManifestError", "StaleIndexError", "BadImageError", "MissingDependencyError", "LoaderWorkerError", "LoaderClosedError",
     "LoaderTimeoutError", "StaleIteratorError", "OutputFileError", "FallbackWarning", "AmplificationWarning",
@@ -40,6 +40,10 @@ def __getattr__(name: str):
         from . import sampler
 
         return getattr(sampler, name)
+    if name in ("AspectGroupedSampler", "padding_fraction"):
+        from . import grouping
+
+        return getattr(grouping, name)
     if name in ("Clip", "ClipSampler"):
         from . import clips
 

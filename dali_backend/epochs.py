@@ -22,7 +22,9 @@ assumption (every rank at the same batch when the state was taken) is what data-
 does; it cannot be checked from one rank's state, and a state taken on one rank only while the others
 ran ahead or behind would repeat or skip their extra batches. What can be checked is: the state's
 numbers agree with each other and with this partition, and the old rank's plan (its digest) is the one
-this sampler computes for it.
+this sampler computes for it. A sampler whose rank batches are no prefix (an
+:class:`~dali_backend.grouping.AspectGroupedSampler`: ``consumes_prefix`` False) resumes on other
+ranks only from an epoch boundary.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import numpy as np
 import torch
 
 from .errors import ConfigError
-from .sampler import WeightedSampler, check_epoch, remainder_slice
+from .sampler import WeightedSampler, check_epoch
 
 log = logging.getLogger("dali_backend")
 STATE_VERSION = 2
@@ -49,7 +51,7 @@ def sampler_identity(sampler, dataset, epoch: int | None = None) -> dict:
     ident = {"type": type(sampler).__name__, "len": sampler.rank_len(sampler.num_samples_at(epoch)) if weighted
              else len(sampler), "augment_seed": int(getattr(dataset, "seed", 0))}
     for name in ("seed", "mode", "num_samples", "replacement", "rank", "world_size", "drop_last", "clip_len", "step",
-                 "stride", "label"):
+                 "stride", "label", "grouping"):
         if weighted and name == "num_samples":
             ident[name] = sampler.num_samples_at(epoch)
         elif hasattr(sampler, name) and isinstance(getattr(sampler, name), (bool, int, str)):
@@ -370,6 +372,12 @@ class EpochLoaderMixin:
         if not isinstance(done, (int, np.integer)) or isinstance(done, bool) or not 0 <= done <= batches:
             raise ConfigError(f"load_state_dict: batches_done={done!r}; must lie in [0, {batches}] (the batches of "
                               f"rank {rank} of {world} in that pass)")
+        if not s.consumes_prefix and 0 < done < batches:
+            raise ConfigError(f"load_state_dict: the state was saved mid-epoch (batch {done} of {batches}) by rank {rank} "
+                              f"of {world}; this loader is rank {s.rank} of {s.world_size}. With a "
+                              f"{type(s).__name__} a rank's batches are not a prefix of the global draw, so the rest "
+                              f"of the epoch cannot be dealt out over other ranks: resume on {world} ranks, or from "
+                              "a state saved at an epoch boundary (before the first batch or after the last)")
         want = n if done >= batches else min(offset + done * self.batch_size * world, n)
         if consumed != want:
             raise ConfigError(f"load_state_dict: the state says {consumed} global draws consumed, but {done} batches "
@@ -379,7 +387,7 @@ class EpochLoaderMixin:
         if plan is not None:
             if not isinstance(plan, str):
                 raise ConfigError(f"load_state_dict: plan={plan!r}; must be the digest string state_dict() wrote")
-            idx, pos = remainder_slice(s.global_draw(epoch), offset, rank, world, s.drop_last)
+            idx, pos = s.partition_draw(epoch, offset, rank, world)
             rows = np.stack([idx, np.full_like(idx, epoch), pos], axis=1)
             if old_drop:
                 rows = rows[:len(rows) // self.batch_size * self.batch_size]

@@ -23,7 +23,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from .arguments import Backend, _check_numbers, _refuse_arguments, _warn_unused, announce_backend, choose_backend
+from .arguments import Backend, _check_grouping, _check_numbers, _refuse_arguments, _warn_unused, announce_backend, choose_backend
 from .boundary import Batch, Executor, planned_rows
 from .clips import ClipSampler
 from .dali.executor import _DaliExecutor
@@ -76,7 +76,9 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
             :func:`~dali_backend.sampler.as_draw` for how an index becomes a draw); or a
             :class:`~dali_backend.clips.ClipSampler`: each draw is then a clip of ``T = clip_len`` frames,
             run as ``batch_size * T`` samples sharing the clip's position (so its augmentation
-            parameters) and regrouped, and ``batch_size`` counts clips (see below).
+            parameters) and regrouped, and ``batch_size`` counts clips (see below); or an
+            :class:`~dali_backend.grouping.AspectGroupedSampler` (batches of one aspect-ratio group,
+            with a spec that pads variable-size batches and its own ``batch_size``).
         batch_sampler: not supported (batches are planned from ``sampler`` and ``batch_size``).
         num_workers: DALI threads (0: the cores of this process, shared between torchrun ranks;
             Python file readers: a quarter of that, 1 to 8), or the torch backend's workers.
@@ -153,6 +155,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         _refuse_arguments(dataset, sampler, shuffle, batch_sampler, collate_fn, worker_init_fn, batch_transform)
         _check_numbers(batch_size=batch_size, num_workers=num_workers, prefetch_factor=prefetch_factor,
                        prefetch_queue_depth=prefetch_queue_depth, hw_decoder_load=hw_decoder_load, timeout=timeout)
+        _check_grouping(dataset, sampler, int(batch_size))
         # clips: each draw is clip_len frames, run as that many ordinary samples and regrouped here
         self.clip_len = _check_clips(dataset, sampler)
         frames_per_batch = int(batch_size) * self.clip_len

@@ -245,6 +245,10 @@ class WeightedSampler(Sampler[Draw]):
     selected epoch: it changes only at the epoch a data change takes effect).
     """
 
+    # a rank's first k batches of B are the global positions r, r + W, ... < k * B * W, so every rank at
+    # batch k has consumed a prefix of the global draw (what a resumption on other ranks relies on)
+    consumes_prefix = True
+
     def __init__(self, index: SampleIndex, num_samples: int | None = None, seed: int = 0, rank: int | None = None,
                  world_size: int | None = None, *, mode: Mode = "balanced", replacement: bool | None = None,
                  weights: Sequence[float] | NDArray[np.float64] | None = None, drop_last: bool = False):
@@ -423,9 +427,15 @@ class WeightedSampler(Sampler[Draw]):
     def rank_draw(self, epoch: int | None = None, offset: int = 0) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """``(indices, positions)`` this rank yields in ``epoch`` (default: the current one); from
         global position ``offset`` on (:func:`remainder_slice`) when given."""
+        return self.partition_draw(self.epoch if epoch is None else epoch, offset, self.rank, self.world_size)
+
+    def partition_draw(self, epoch: int, offset: int, rank: int, world_size: int
+                       ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """``(indices, positions)`` rank ``rank`` of ``world_size`` yields in ``epoch`` from global position
+        ``offset`` on: :meth:`rank_draw` of any partition (a resumption checks the saved one's plan)."""
         if offset:
-            return remainder_slice(self.global_draw(epoch), offset, self.rank, self.world_size, self.drop_last)
-        return rank_slice(self.global_draw(epoch), self.rank, self.world_size, self.drop_last)
+            return remainder_slice(self.global_draw(epoch), offset, rank, world_size, self.drop_last)
+        return rank_slice(self.global_draw(epoch), rank, world_size, self.drop_last)
 
     @property
     def num_padded(self) -> int:

@@ -41,6 +41,7 @@ def test_bench_smoke(tmp_path):
     assert data["machine"]["cores"] >= 1 and data["machine"]["data"]["images"] == 8
     assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
     assert "img/s" in proc.stdout
+    assert "padding" not in proc.stdout and not (tmp_path / "b-padding.json").exists()  # only with --padding
 
 
 @pytest.mark.slow
@@ -117,6 +118,19 @@ def _is_png(path: Path) -> bool:
     import cv2
 
     return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and cv2.imread(str(path)) is not None
+
+
+@pytest.mark.slow
+def test_bench_padding_reports_the_padding_fraction_with_and_without_grouping(tmp_path):
+    """--padding: after the comparison, the padding table of variable-size batches on mixed-aspect data
+    (plain and grouped, per loader compared), its JSON beside the comparison's; the default output has none."""
+    data, proc = run_bench(tmp_path, "--only", "fallback", "--no-plot", "--padding")
+    assert [r["name"] for r in data["results"]] == ["ceiling", "fallback"]
+    doc = json.loads((tmp_path / "b-padding.json").read_text())
+    assert [(r["backend"], r["sampler"]) for r in doc["results"]] == [("torch", "plain"), ("torch", "grouped")]
+    assert all(0 < r["padding_fraction"] < 1 and r["images_per_s"] > 0 and r["batches"] == 2 for r in doc["results"])
+    assert len(doc["data"]["source_sizes"]) == 5 and doc["data"]["images"] == 8  # landscape, portrait, square
+    assert "padding %" in proc.stdout and "grouped" in proc.stdout
 
 
 @pytest.mark.slow

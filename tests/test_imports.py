@@ -46,7 +46,7 @@ CONTRACT = {"dali_backend._own", "dali_backend.errors", "dali_backend.strings", 
             "dali_backend.reading", "dali_backend.sampler", "dali_backend.augment", "dali_backend.synthetic",
             "dali_backend.tensors", "dali_backend.boundary", "dali_backend.procstats", "dali_backend.schedule",
             "dali_backend.amplification",
-            "dali_backend.sequences", "dali_backend.clips"}
+            "dali_backend.sequences", "dali_backend.clips", "dali_backend.grouping"}
 # tensors: the contract's last steps (normalisation), shared by both executors; boundary: the records
 # that cross between the facade and the executors (planned rows, Batch, BadDraw) and their protocol
 EXECUTORS = set()  # by package: dali_backend.dali (graph, wire, workers, devices, runner, hand-off) and fallback
