@@ -45,10 +45,13 @@ class BadImageError(DaliBackendError):
             super().__init__(path)
             return
         where = f"sample {index} (label {label}" + (f", epoch {epoch})" if epoch is not None else ")")
-        super().__init__(
-            f"{path}: {reason} [{where}]. Fix or remove the file and rebuild the index "
-            f"(SampleIndex.from_folder / from_manifest), or pass on_error='skip' to replace bad draws."
-        )
+        if "://" in path and str(reason).startswith("unreadable"):  # the object may be fine: the network was not
+            fix = ("Check that the storage is reachable (the read was retried with backoff) and run again, or pass "
+                   "on_error='skip' to replace draws that cannot be read.")
+        else:
+            fix = ("Fix or remove the file and rebuild the index (SampleIndex.from_folder / from_manifest), or pass "
+                   "on_error='skip' to replace bad draws.")
+        super().__init__(f"{path}: {reason} [{where}]. {fix}")
 
 
 class StorageError(DaliBackendError, OSError):

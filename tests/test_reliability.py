@@ -336,3 +336,14 @@ def test_in_memory_cache_gives_the_same_batches_and_survives_file_loss(tmp_path,
     got = _batches(DaliLoader(cached, batch_size=4, sampler=sampler, num_workers=2, **KINDS[kind]))
     assert len(want) == 3
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, want, strict=True))
+
+
+def test_bad_image_error_gives_the_fix_that_fits_the_reason():
+    from dali_backend.errors import BadImageError
+
+    local = BadImageError("/data/ok/a.jpg", 3, 0, 1, "no JPEG signature")
+    assert "Fix or remove the file and rebuild the index" in str(local) and "[sample 3 (label 0, epoch 1)]" in str(local)
+    remote = BadImageError("s3://b/ok/a.jpg", 3, 0, 1, "unreadable (could not connect to the endpoint)")
+    assert "Check that the storage is reachable" in str(remote) and "Fix or remove" not in str(remote)
+    changed = BadImageError("s3://b/ok/a.jpg", 3, 0, 1, "object changed since indexing (overwritten: its ETag differs)")
+    assert "rebuild the index" in str(changed)

@@ -358,6 +358,7 @@ def test_a_server_killed_mid_epoch_is_a_typed_error_naming_the_url(s3, s3_defect
         assert s3_defects in str(e.value) and "could not connect" in str(e.value)
         if isinstance(e.value, BadImageError):
             assert e.value.path.startswith(s3_defects + "/")
+            assert "Check that the storage is reachable" in str(e.value) and "Fix or remove the file" not in str(e.value)
     finally:
         proxy.stop()
 
