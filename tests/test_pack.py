@@ -40,6 +40,8 @@ def test_shards_are_plain_tars_in_webdataset_layout(packed, defect_index):
                 assert (index.shards.names[index.shards.ids[i]], int(index.shards.offsets[i])) == (name, jpg.offset_data)
                 seen += 1
     assert seen == len(defect_index)
+    shard = index.shards.names[index.shards.ids[5]]
+    assert index.abspath(5) == f"{index.root}/{shard}:{index.paths[5]}"  # where the bytes are, as errors name them
     loaded = SampleIndex.load(out / "index.npz")
     assert loaded.fingerprint == index.fingerprint and list(loaded.paths) == list(defect_index.paths)
     train, val = loaded.split(0.25, seed=1)

@@ -144,7 +144,10 @@ class SampleIndex:
         return [(os.path.join(self.root, p), int(lab)) for p, lab in zip(self._paths, self.labels.tolist())]
 
     def abspath(self, i: int) -> str:
-        """Absolute path (or URL) of sample ``i``."""
+        """Absolute path (or URL) of sample ``i``; for a packed sample (``dali-backend pack``), its shard's
+        path and its name in the shard, ``SHARD:relative/path.jpg``, as its errors name it."""
+        if self.shards is not None:
+            return f"{os.path.join(self.root, self.shards.names[self.shards.ids[i]])}:{self._paths[i]}"
         return os.path.join(self.root, self._paths[i])
 
     @property
