@@ -5,3 +5,7 @@ Importing this package is light: the contenders (torch, OpenCV, DALI) load only 
 
 CONTENDERS = ("ceiling", "reference", "tutorial", "fallback", "dali-cpu", "dali-gpu", "recipe-fallback", "recipe-dali-cpu",
               "recipe-dali-gpu")
+"""The contenders a plain ``python -m bench`` runs (those this machine can)."""
+CLIP_CONTENDERS = ("clips-fallback", "clips-dali-cpu", "clips-dali-gpu")
+"""Clip loaders (``ClipSampler``, ``[B, T, C, H, W]`` batches; img/s counts frames), run when named with ``--only``."""
+ALL_CONTENDERS = CONTENDERS + CLIP_CONTENDERS

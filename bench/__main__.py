@@ -6,6 +6,12 @@ synthetic source size and a second chart shows each contender's ratio to the cei
 size. Compare ratios from one run: the machines are noisy. ``--padding`` adds the padding fraction of
 variable-size batches with and without aspect grouping (:mod:`bench.padding`).
 
+The clip contenders (``clips-fallback``, ``clips-dali-cpu``, ``clips-dali-gpu``) run only when named
+with ``--only``: clips of ``--clip-len`` 8 frames every ``--clip-step`` 4 frames, from sequences of 32
+frames cut from each class's images, ``--batch-size // clip-len`` clips per batch; their img/s counts
+frames (``B * T`` per batch) and is set against the same ceiling and reference (the same per-frame
+work), so ``x reference`` is what clips cost over single images. See :mod:`bench.contenders`.
+
 The arguments are defined once, in :func:`add_arguments`, and used both here and by
 ``dali-backend bench``; errors are handled by :func:`dali_backend.cliargs.run_command` for both.
 """
@@ -25,7 +31,7 @@ from pathlib import Path
 from dali_backend.cliargs import (OneLineParser, add_index_load_arguments, data_or_index, default_cache, output_dir,
                                   output_file, positive_int, run_command, size_list, size_wxh, verbosity_parent)
 
-from . import CONTENDERS
+from . import ALL_CONTENDERS, CLIP_CONTENDERS, CONTENDERS
 
 log = logging.getLogger("bench")
 
@@ -72,7 +78,11 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=positive_int, default=3, help="timed epochs after one warm-up (default 3)")
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="workers / threads (default: all cores)")
-    p.add_argument("--only", nargs="*", choices=CONTENDERS, help="run only these contenders (the ceiling always runs)")
+    p.add_argument("--only", nargs="*", choices=ALL_CONTENDERS, help="run only these contenders (the ceiling always "
+                   "runs); the clip contenders (clips-*) run only when named here")
+    p.add_argument("--clip-len", type=positive_int, default=8, help="clip contenders: frames per clip (default 8)")
+    p.add_argument("--clip-step", type=positive_int, default=4,
+                   help="clip contenders: frames between clip starts (default 4: overlapping windows)")
     p.add_argument("--json", type=output_file, help="write results here (default bench-results/bench.json)")
     p.add_argument("--png", type=output_file, help="chart file (default: next to the JSON, same name .png); with "
                                                   "--source-sizes the ratio-by-size chart")
@@ -84,8 +94,9 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "img/s without and with AspectGroupedSampler, per loader compared (bench.padding)")
     p.add_argument("--cache", type=output_dir, default=None, help="where synthetic data is generated")
     add_index_load_arguments(p)
-    p.add_argument("--one", choices=CONTENDERS, help=argparse.SUPPRESS)
+    p.add_argument("--one", choices=ALL_CONTENDERS, help=argparse.SUPPRESS)
     p.add_argument("--index", help=argparse.SUPPRESS)
+    p.add_argument("--sequences", help=argparse.SUPPRESS)
     p.set_defaults(func=run)
     return p
 
@@ -98,7 +109,8 @@ def _child(args) -> int:
     from .contenders import run_contender
 
     out_w, out_h = args.size
-    res = run_contender(args.one, args.index, (out_h, out_w), args.epochs, args.batch_size, args.workers)
+    res = run_contender(args.one, args.index, (out_h, out_w), args.epochs, args.batch_size, args.workers,
+                        args.sequences, args.clip_len, args.clip_step)
     print(json.dumps(res))
     return 0
 
@@ -112,10 +124,18 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
     index_path = out_json.with_suffix(".index.npz")
     out_json.parent.mkdir(parents=True, exist_ok=True)
     index.save(index_path)
+    extra = []
+    if any(n in CLIP_CONTENDERS for n in names):
+        from .clipset import clip_sampler, write_sequences
+
+        sequences = write_sequences(index, out_json.with_suffix(".sequences.csv"))
+        clip_sampler(index, sequences, args.clip_len, args.clip_step)  # a ConfigError here, before any contender runs
+        extra = ["--sequences", str(sequences), "--clip-len", str(args.clip_len), "--clip-step", str(args.clip_step)]
     results = []
     for name in track(names, total=len(names), desc="bench", unit="contender"):
         cmd = [sys.executable, "-c", _CHILD, "--one", name, "--index", str(index_path), "--size", f"{out_w}x{out_h}",
-               "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--workers", str(args.workers)]
+               "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--workers", str(args.workers),
+               *(extra if name in CLIP_CONTENDERS else [])]
         log.info("running %s ...", name)
         log.debug("command: %s", " ".join(cmd))
         t0 = time.perf_counter()
@@ -134,7 +154,7 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
         # The ceiling (gray decode + CLAHE, no loader) bounds what the preset's contract can reach. It is
         # no bound for the recipe (no CLAHE, its crop decoded alone): a ratio there would mean nothing.
         r["ratio_to_ceiling"] = r["images_per_s"] / ceiling if not r["name"].startswith("recipe-") else None
-        if ref is not None and r["name"] in ("reference", *PRESET_LOADERS):  # the same contract, no loader around it
+        if ref is not None and r["name"] in ("reference", *PRESET_LOADERS, *CLIP_CONTENDERS):  # the same contract
             r["ratio_to_reference"] = r["images_per_s"] / ref["images_per_s"]
             r["overhead_ms_per_image"] = 1000 * (r["cpu_s_per_image"] - ref["cpu_s_per_image"])
     from .measure import PEAK_RSS_INTERVAL_S
@@ -157,6 +177,14 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
         vs_ceil = "-" if r["ratio_to_ceiling"] is None else f"{r['ratio_to_ceiling']:.2f}"
         print(f"{r['name']:16s} {r['images_per_s']:8.1f} {vs_ceil:>9s} {vs_ref:>11s} {vs_tut:>10s} "
               f"{r['cpu_s_per_image']:9.4f} {over:>15s} {r['peak_rss_mb']:11.0f} {fb:>13s} {r['rss_growth_pct']:12.1f}")
+    clip_rows = [r for r in results if r["name"] in CLIP_CONTENDERS]
+    if clip_rows:
+        from .clipset import SEQUENCE_FRAMES
+
+        c = clip_rows[0]
+        print(f"clips-*: img/s and cpu s/img count frames: {c['clips_per_batch']} clips x {c['clip_len']} frames per "
+              f"batch, a clip every {c['clip_step']} frames of sequences of {SEQUENCE_FRAMES} frames cut from each "
+              f"class; {c['clips_per_epoch']} clips = {c['frames_per_epoch']} frames per epoch ({len(index)} images)")
     if getattr(args, "breakdown", False):
         from .contenders import stage_breakdown
 
@@ -167,7 +195,7 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
               f"{sum(stages.values()):.2f} ms): " + ", ".join(f"{k} {v:.3f}" for k, v in stages.items()))
         # the fallback's own: its CPU beyond the reference's (the same operations, as parallel, no loader)
         own = {r["name"]: r.get("overhead_ms_per_image", 1000 * r["cpu_s_per_image"] - sum(stages.values()))
-               for r in results if r["name"] == "fallback"}
+               for r in results if r["name"] in ("fallback", "clips-fallback")}
         if any(r["name"] == "dali-cpu" for r in results):
             from .contenders import dali_stage_breakdown
 

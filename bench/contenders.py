@@ -8,6 +8,13 @@
 * ``recipe-*``: the torchvision ImageNet training recipe (RandomResizedCrop + horizontal flip +
   ColorJitter(0.4, 0.4, 0.4) + Normalize, RGB) on the fallback and on DALI (CPU or GPU); on DALI the
   crop's window is decoded alone (region decode).
+* ``clips-*`` (only with ``--only``): the preset's contract on clips, ``DaliLoader`` with a
+  ``ClipSampler`` on the fallback and on DALI (CPU or GPU). Defaults: clips of 8 frames starting every
+  4 frames (``--clip-len``, ``--clip-step``) of sequences of 32 frames cut from each class's images
+  (:mod:`bench.clipset`), a uniform draw of every clip per epoch, ``--batch-size // clip_len`` clips
+  per batch (4 clips of 8 frames for the default 32: the executor runs batches of as many frames as
+  the other contenders'). Their img/s and CPU per image count frames (``B * T`` per batch); with
+  overlapping windows an epoch holds about twice as many frames as images.
 """
 
 from __future__ import annotations
@@ -211,7 +218,9 @@ def recipe_spec(size: tuple[int, int]):
                             Normalize(IMAGENET_MEAN, IMAGENET_STD)])
 
 
-def _loader_for(name: str, index, size: tuple[int, int], batch_size: int, workers: int):
+def _loader_for(name: str, index, size: tuple[int, int], batch_size: int, workers: int, clips=None):
+    """The loader of contender ``name``; ``clips`` is the clip contenders' ClipSampler (whose
+    ``clip_len`` divides ``batch_size`` frames into clips per batch)."""
     from dali_backend import AugmentSpec, DaliLoader, WeightedSampler
     from dali_backend._own import own
 
@@ -227,18 +236,38 @@ def _loader_for(name: str, index, size: tuple[int, int], batch_size: int, worker
         ds = ImageDataset(index, recipe_spec(size), seed=0)
     else:
         ds = ImageDataset(index, AugmentSpec(size=size), seed=0)
-    sampler = WeightedSampler(index, mode="uniform", seed=0)
+    if name.startswith("clips-"):
+        from .clipset import clips_per_batch
+
+        name, sampler, batch_size = name[len("clips-"):], clips, clips_per_batch(batch_size, clips.clip_len)
+    else:
+        sampler = WeightedSampler(index, mode="uniform", seed=0)
     device, backend = {"fallback": ("cpu", "torch"), "dali-cpu": ("cpu", "dali"), "dali-gpu": ("cuda", "dali")}[name]
     return DaliLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=workers, device=device, backend=backend)
 
 
 def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int, batch_size: int,
-                  workers: int) -> dict:
-    """Warm-up epoch + ``epochs`` timed epochs; images/s is the median of the timed epochs."""
+                  workers: int, sequences: str | None = None, clip_len: int = 8, clip_step: int = 4) -> dict:
+    """Warm-up epoch + ``epochs`` timed epochs; images/s is the median of the timed epochs.
+
+    A clip contender (``clips-*``) needs ``sequences`` (the manifest :func:`bench.clipset.write_sequences`
+    wrote) and draws clips of ``clip_len`` frames every ``clip_step`` frames; its images/s and CPU per
+    image count frames, and its result adds ``clip_len``, ``clip_step``, ``clips_per_batch``,
+    ``clips_per_epoch``, ``batches_per_epoch`` and ``frames_per_epoch`` (counted in the last epoch).
+    """
     from dali_backend import SampleIndex
+    from dali_backend.errors import ConfigError
 
     index = SampleIndex.load(index_path)
     n_images = len(index)
+    clips = None
+    if name.startswith("clips-"):
+        from .clipset import clip_sampler
+
+        if sequences is None:
+            raise ConfigError(f"contender {name}: no sequences manifest; pass sequences= (bench.clipset.write_sequences)")
+        clips = clip_sampler(index, sequences, clip_len, clip_step)
+    timed_frames = batches = 0
     rates, rss_after = [], []
     first_batch_s = None
     cpu0 = tree_cpu_seconds()
@@ -257,14 +286,14 @@ def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int
                 pool = mp.get_context("fork").Pool(workers, initializer=_reference_init, initargs=(index_path, size))
             loader = None
         else:
-            loader = _loader_for(name, index, size, batch_size, workers)
+            loader = _loader_for(name, index, size, batch_size, workers, clips)
         timed_cpu0 = dali_cpu0 = None
         for epoch in range(epochs + 1):
             if epoch == 1:
                 timed_cpu0 = tree_cpu_seconds() - peak.cpu_seconds  # the memory sampler's CPU is not the loader's
                 dali_cpu0 = dali_operator_cpu_seconds()
             t0 = time.perf_counter()
-            n = 0
+            n = batches = 0
             if loader is None:
                 if name == "reference":
                     items = sampler.draws(epoch)
@@ -275,12 +304,14 @@ def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int
                 for x, y in loader:
                     if first_batch_s is None:
                         first_batch_s = time.perf_counter() - t_create
-                    n += len(y)
-                if name == "dali-gpu":
+                    n += len(y) if clips is None else x.shape[0] * x.shape[1]  # clips: B * T frames
+                    batches += 1
+                if name.endswith("dali-gpu"):
                     torch.cuda.synchronize()
             dt = time.perf_counter() - t0
             if epoch > 0:
                 rates.append(n / dt)
+                timed_frames += n
             rss_after.append(tree_rss_mb())
         timed_cpu = tree_cpu_seconds() - peak.cpu_seconds - timed_cpu0
         dali_cpu = dali_operator_cpu_seconds()
@@ -291,16 +322,21 @@ def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int
         elif hasattr(loader, "close"):
             loader.close()
     growth = (rss_after[-1] - rss_after[0]) / rss_after[0] * 100 if len(rss_after) > 1 else 0.0
+    timed = n_images * epochs if clips is None else timed_frames  # clips: per frame served
+    extra = {} if clips is None else {"clip_len": clips.clip_len, "clip_step": clips.step,
+                                      "clips_per_batch": loader.batch_size, "clips_per_epoch": len(clips),
+                                      "batches_per_epoch": batches, "frames_per_epoch": n}
     return {
         "name": name,
         "images_per_s": statistics.median(rates),
         "epoch_images_per_s": rates,
-        "cpu_s_per_image": timed_cpu / (n_images * epochs),
-        "dali_operators_cpu_s_per_image": None if dali_ops is None else dali_ops / (n_images * epochs),
+        "cpu_s_per_image": timed_cpu / timed,
+        "dali_operators_cpu_s_per_image": None if dali_ops is None else dali_ops / timed,
         "peak_rss_mb": peak.peak,
         "first_batch_s": first_batch_s,
         "rss_growth_pct": growth,
         "total_cpu_s": tree_cpu_seconds() - cpu0,
         "workers": workers,
         "batch_size": batch_size,
+        **extra,
     }

@@ -59,16 +59,18 @@ def throughput_chart(results: Sequence[dict], machine: dict, path: Path) -> Path
     fig = _figure(8.0, 1.6 + 0.5 * len(results))
     ax = fig.add_subplot()
     y = list(range(len(results)))[::-1]
-    colors = ["tab:green" if n.startswith("dali") else "tab:gray" if n == "ceiling" else "tab:blue" for n in names]
+    colors = ["tab:green" if n.startswith(("dali", "clips-dali")) else "tab:gray" if n == "ceiling" else "tab:blue"
+              for n in names]
     ax.barh(y, median, xerr=[lo, hi], color=colors, capsize=4, error_kw={"elinewidth": 1})
     ax.set_yticks(y, names)
     for yi, m, h, r in zip(y, median, hi, results):
-        ratio = r.get("ratio_to_ceiling")
-        ax.text(m + h, yi, f"  {m:.0f} img/s" + (f" ({ratio:.2f}x ceiling)" if ratio is not None else ""), va="center",
+        ratio, unit = r.get("ratio_to_ceiling"), "frames/s" if "clip_len" in r else "img/s"  # clips count frames
+        ax.text(m + h, yi, f"  {m:.0f} {unit}" + (f" ({ratio:.2f}x ceiling)" if ratio is not None else ""), va="center",
                 fontsize=8)
     ax.set_xlim(0, max(m + h for m, h in zip(median, hi)) * 1.45 or 1.0)
+    clips = "\nclip contenders (clips-*): frames/s" if any("clip_len" in r for r in results) else ""
     ax.set_xlabel(f"throughput (images/s): median of {n_epochs} timed epoch{'s' * (n_epochs != 1)}, "
-                  "whiskers slowest to fastest epoch")
+                  f"whiskers slowest to fastest epoch{clips}")
     data = machine.get("data", {})
     (sw, sh), (ow, oh) = data.get("source_size", ("?", "?")), data.get("output_size", ("?", "?"))
     source = data.get("source_label", f"{sw}x{sh}")

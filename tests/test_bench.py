@@ -221,3 +221,29 @@ def test_the_size_mix_is_labelled_as_it_is():
     assert mix["source_label"] == "mixed: 640x480 x3, 320x240 x1, 800x600 x1 and 1 more sizes"
     Index.widths, Index.heights = np.array([64, 64]), np.array([48, 48])
     assert size_mix(Index)["source_label"] == "64x48"
+
+
+@pytest.mark.slow
+def test_clip_contenders_count_frames(tmp_path):
+    """clips-fallback and clips-dali-cpu (named with --only; ~10 s): 8 images, the class of 6 one
+    sequence, clips of 3 frames every frame (4 clips), 6 frames per batch (2 clips): each epoch counts
+    2 batches x 2 clips x 3 frames, and the ratios to the ceiling and the reference are given."""
+    data, proc = run_bench(tmp_path, "--only", "reference", "clips-fallback", "clips-dali-cpu", "--clip-len", "3",
+                           "--clip-step", "1", "--batch-size", "6", "--no-plot")
+    rows = {r["name"]: r for r in data["results"]}
+    assert list(rows) == ["ceiling", "reference", "clips-fallback", "clips-dali-cpu"]
+    for name in ("clips-fallback", "clips-dali-cpu"):
+        r = rows[name]
+        assert (r["clip_len"], r["clip_step"], r["clips_per_batch"], r["clips_per_epoch"]) == (3, 1, 2, 4)
+        assert r["frames_per_epoch"] == r["batches_per_epoch"] * r["clips_per_batch"] * r["clip_len"] == 12
+        assert r["images_per_s"] > 0 and r["ratio_to_ceiling"] > 0 and r["ratio_to_reference"] > 0
+    assert "clips-*: img/s and cpu s/img count frames: 2 clips x 3 frames per batch" in proc.stdout
+    assert (tmp_path / "b.sequences.csv").read_text().startswith("path,sequence,frame\n")
+
+
+def test_a_clip_longer_than_every_sequence_is_refused_before_any_contender_runs(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "bench", "--images", "8", "--source-size", "64x48", "--only",
+                           "clips-fallback", "--clip-len", "40", "--cache", str(tmp_path / "cache"), "--json",
+                           str(tmp_path / "b.json"), "--no-plot"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "--clip-len 40" in proc.stderr and "at most 6" in proc.stderr
+    assert "running" not in proc.stderr and not (tmp_path / "b.json").exists()
