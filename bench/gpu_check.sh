@@ -17,7 +17,7 @@
 # that they add up to at most 480):
 #   install 50 | versions + one mixed-decoder JPEG 45 | CUDA tests 100 | equivalence, decoders apart from
 #   operators, every operation 85 | data 30 | benchmark fallback, dali-gpu and the RandomResizedCrop recipe
-#   (an op-list loader) with nvidia-smi dmon 110 | hw_decoder_load sweep 50
+#   (an op-list loader), clips (frames/s) with nvidia-smi dmon 110 | hw_decoder_load sweep 50
 # Every stage leaves its files even when its limit cuts it short: the equivalence JSON is rewritten
 # after each row, the benchmark JSON after each contender, pytest logs each test as it ends (-v) and
 # gets SIGINT first, on which it still writes its junit XML.
@@ -35,10 +35,10 @@ status=0
 stage() { echo "== $1 [$((SECONDS - t0)) s]" | tee -a "$out/stages.log"; }
 finish() { echo "stage '$1' exit $2 after $((SECONDS - t0)) s" >> "$out/stages.log"; [ "$2" = 0 ] || status=1; }
 if [ $dry = 1 ]; then
-  device=cpu; probe=(--dry-run); images=24; size=640x480; contenders=(fallback dali-cpu recipe-dali-cpu)
+  device=cpu; probe=(--dry-run); images=24; size=640x480; contenders=(fallback dali-cpu recipe-dali-cpu clips-dali-cpu)
   smi() { echo "nvidia-smi (dry run): no GPU here"; }
 else
-  device=gpu; probe=(); images=384; size=2048x1536; contenders=(fallback dali-gpu recipe-dali-gpu)
+  device=gpu; probe=(); images=384; size=2048x1536; contenders=(fallback dali-gpu recipe-dali-gpu clips-dali-gpu)
   smi() { nvidia-smi "$@"; }
 fi
 

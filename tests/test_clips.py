@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from conftest import KINDS, jpeg_bytes, write
+from conftest import KINDS, LOADER_ARGS, jpeg_bytes, needs_cuda, write
 from dali_backend import AugmentSpec, BadImageError, ConfigError, DaliLoader, ManifestError, SampleIndex
 from dali_backend.clips import Clip, ClipSampler
 from dali_backend.sampler import Draw
@@ -532,3 +532,30 @@ def test_sequences_check_their_arrays(seq_index):
         Sequences(seq_index, seqs.names, seqs.offsets, seqs.frames[::-1][1:], seqs.numbers[1:], "folders")
     with pytest.raises(ConfigError, match="offsets must rise"):
         Sequences(seq_index, seqs.names, seqs.offsets[::-1], seqs.frames, seqs.numbers, "folders")
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_clips_and_their_skips_on_the_gpu_equal_the_fallback(tmp_path):
+    """The GPU check's case (bench/gpu_check.sh runs the CUDA-marked tests): clips, their parameters and
+    the clips chosen under on_error='skip' are the fallback's; pixels within the GPU's published bound."""
+    from bench.equivalence import over_bound
+    from levels import level_stats
+
+    root = make_sequences(tmp_path / "data", SKIP_LAYOUT)
+    index = SampleIndex.from_folder(root, progress=False)
+    (root / "ok/a/f5.jpg").write_bytes(b"\0" * (root / "ok/a/f5.jpg").stat().st_size)
+    runs = {}
+    for kind, args in (("torch", KINDS["torch"]), ("dali-gpu", LOADER_ARGS["dali-gpu"])):
+        sampler = ClipSampler(index, clip_len=3, step=3, mode="uniform", seed=2)
+        ds = ImageDataset(index, AugmentSpec(ops=[RandomResizedCrop(16, scale=(0.5, 1.0)), RandomHorizontalFlip()]),
+                          seed=4, on_error="skip")
+        with DaliLoader(ds, batch_size=2, sampler=sampler, return_meta=True, num_workers=2, **args) as loader:
+            runs[kind] = ([(x.cpu(), y.cpu(), m) for x, y, m in loader], loader.stats())
+    (gpu, gstats), (cpu, cstats) = runs["dali-gpu"], runs["torch"]
+    assert gstats["skipped"] == cstats["skipped"] >= 1 and gstats["skipped_files"] == cstats["skipped_files"]
+    for (x, y, m), (u, v, w) in zip(gpu, cpu, strict=True):
+        assert torch.equal(y, v) and torch.equal(m["clip"], w["clip"]) and m["path"] == w["path"]
+        assert m["params"] == w["params"]
+    stats = level_stats([x.flatten(0, 1) for x, _, _ in gpu], [u.flatten(0, 1) for u, _, _ in cpu], ds.spec)
+    assert not over_bound("end-to-end", stats, "gpu"), stats

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
-from conftest import KINDS, jpeg_bytes, write
+from conftest import KINDS, LOADER_ARGS, jpeg_bytes, needs_cuda, write
 from dali_backend import AugmentSpec, ConfigError, DaliLoader, SampleIndex
 from dali_backend.clips import ClipSampler
 from dali_backend.transforms import ColorJitter, Normalize, RandomErasing, RandomHorizontalFlip, Resize
@@ -120,3 +119,27 @@ def test_the_gpu_graph_of_padded_batches_is_defined(multiple):
     check_placement([n for n in nodes if n["op"] != "_Shape"], "gpu")
     pads = [n for n in nodes if n["op"] == "Pad"]
     assert len(pads) == 1 and pads[0]["device"] == "gpu"
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("multiple", [1, 32])
+def test_padded_batches_on_the_gpu_equal_the_fallback(index, multiple):
+    """The GPU check's case: fn.pad on the GPU gives the fallback's shapes and valid sizes, 0 padding, and
+    pixels within the GPU's published bound."""
+    from bench.equivalence import over_bound
+    from levels import level_stats
+
+    sp = spec(multiple)
+    gpu_loader = DaliLoader(ImageDataset(index, sp, seed=4), batch_size=3, **LOADER_ARGS["dali-gpu"])
+    try:
+        gpu = [(x.cpu(), y.cpu(), s.cpu()) for x, y, s in gpu_loader]
+    finally:
+        gpu_loader.close()
+    cpu = run(index, sp, "torch")
+    for (x, y, s), (u, v, t) in zip(gpu, cpu, strict=True):
+        assert x.shape == u.shape and torch.equal(y, v) and torch.equal(s, t)
+        for k, (vh, vw) in enumerate(s.tolist()):
+            assert x[k, :, vh:].eq(0).all() and x[k, :, :, vw:].eq(0).all()
+    stats = level_stats([x for x, _, _ in gpu], [u for u, _, _ in cpu], sp)
+    assert not over_bound("end-to-end", stats, "gpu"), stats
