@@ -148,8 +148,65 @@ def check_jpeg(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_PIXELS) ->
         return JpegCheck(f"unreadable ({type(e).__name__}: {e.strerror or e})")
 
 
+class _Malformed(Exception):
+    """The marker structure is broken; ``args[0]`` says how (a :class:`JpegCheck` reason)."""
+
+
+class _Segments:
+    """The one walk over a JPEG's marker segments, from SOI to the first scan, shared by the index's
+    strict check (:func:`check_jpeg`) and the run-time header reads (:func:`read_frame_header`).
+
+    Iterating yields ``(marker, pos, length)`` for each segment with a length field (``pos``: the
+    offset of that field), the start of scan (``0xDA``) last; fill bytes and standalone markers are
+    skipped. A broken structure raises :class:`_Malformed` with the reason. ``data`` holds the first
+    bytes of a ``size``-byte file; ``load(end)`` returns its first ``end`` bytes or more (None: all of
+    it) when a header runs past ``data`` (without ``load``, ``data`` is all there is), and
+    :meth:`ensure` makes a range present before a segment's payload is read.
+    """
+
+    def __init__(self, data: bytes | bytearray | memoryview, size: int | None = None, load=None):
+        self.data, self.size, self.load = data, len(data) if size is None else size, load
+
+    def ensure(self, end: int) -> None:
+        """``data[:end]`` present, as far as the file goes (it may have changed size meanwhile)."""
+        if self.load is not None and end > len(self.data) and len(self.data) < self.size:
+            self.data = self.load(min(end, self.size))
+            if len(self.data) >= self.size or len(self.data) < end:
+                self.size = len(self.data)
+
+    def __iter__(self):
+        pos = 2
+        while True:
+            self.ensure(pos + 4)
+            data, size = self.data, self.size
+            if pos >= size - 1:
+                raise _Malformed(f"truncated in the headers (at byte {pos} of {size}, no scan found)")
+            if data[pos] != 0xFF:
+                raise _Malformed(f"corrupt marker structure at byte {pos} (0x{data[pos]:02x} where 0xFF was expected)")
+            while pos < size - 1 and data[pos + 1] == 0xFF:  # fill bytes (0xFF repeated) before a marker
+                pos += 1
+                self.ensure(pos + 4)
+                data, size = self.data, self.size
+            marker = data[pos + 1]
+            pos += 2
+            if marker in _STANDALONE:
+                continue
+            if marker == 0xD9:
+                raise _Malformed("end-of-image marker before any scan (header-only file)")
+            if pos + 2 > size:
+                raise _Malformed(f"truncated in the headers (at byte {pos} of {size})")
+            length = (data[pos] << 8) | data[pos + 1]
+            if length < 2 or pos + length > size:
+                raise _Malformed(f"truncated in the headers (segment 0xFF{marker:02X} at byte {pos - 2} runs past "
+                                 "the end)")
+            yield marker, pos, length
+            if marker == 0xDA:
+                return
+            pos += length
+
+
 def _check(data: bytes, size: int, max_pixels: int, load, tail: bytes) -> JpegCheck:
-    """Parse markers in ``data`` (the first bytes of a ``size``-byte file).
+    """Check the markers of ``data`` (the first bytes of a ``size``-byte file): :class:`_Segments`.
 
     ``load(end)`` returns the file's first ``end`` bytes or more (``end=None``: all of it); it is called
     only when a header the check reads runs past ``data`` (large EXIF/ICC segments), or to look for the
@@ -160,52 +217,25 @@ def _check(data: bytes, size: int, max_pixels: int, load, tail: bytes) -> JpegCh
         return JpegCheck("empty file (0 bytes)")
     if data[:2] != SOI:
         return JpegCheck(_describe_start(data[:16]))
-
-    def ensure(end: int) -> None:  # data[:end] present (as far as the file goes)
-        nonlocal data, size
-        if end > len(data) and len(data) < size:
-            data = load(min(end, size))
-            if len(data) >= size or len(data) < end:  # the whole file (it may have changed size)
-                size = len(data)
-
-    pos, width, height = 2, 0, 0
+    walk = _Segments(data, size, load)
+    width = height = 0
     orientations: list[int] = []
     try:
-        while True:
-            ensure(pos + 4)
-            # Skip fill bytes (0xFF repeated) before a marker.
-            if pos >= size - 1:
-                return JpegCheck(f"truncated in the headers (at byte {pos} of {size}, no scan found)")
-            if data[pos] != 0xFF:
-                return JpegCheck(f"corrupt marker structure at byte {pos} (0x{data[pos]:02x} where 0xFF was expected)")
-            while pos < size - 1 and data[pos + 1] == 0xFF:
-                pos += 1
-                ensure(pos + 4)
-            marker = data[pos + 1]
-            pos += 2
-            if marker in _STANDALONE:
-                continue
-            if marker == 0xD9:
-                return JpegCheck("end-of-image marker before any scan (header-only file)")
-            if pos + 2 > size:
-                return JpegCheck(f"truncated in the headers (at byte {pos} of {size})")
-            length = (data[pos] << 8) | data[pos + 1]
-            if length < 2 or pos + length > size:
-                return JpegCheck(f"truncated in the headers (segment 0xFF{marker:02X} at byte {pos - 2} runs past the end)")
+        for marker, pos, length in walk:
             if marker == 0xE1:
-                ensure(pos + length)
-                tag = _exif_orientation(data[pos + 2:pos + length])
+                walk.ensure(pos + length)
+                tag = _exif_orientation(walk.data[pos + 2:pos + length])
                 if tag is not None:
                     orientations.append(tag)
             if marker in _SOF_MARKERS:
                 if length < 8:
                     return JpegCheck(f"frame header too short ({length} bytes)")
-                ensure(pos + 8)
-                height = (data[pos + 3] << 8) | data[pos + 4]
-                width = (data[pos + 5] << 8) | data[pos + 6]
+                walk.ensure(pos + 8)
+                d = walk.data
+                height, width = (d[pos + 3] << 8) | d[pos + 4], (d[pos + 5] << 8) | d[pos + 6]
                 if width == 0 or height == 0:
                     return JpegCheck(f"frame header declares an empty or deferred size ({width}x{height})")
-                refusal = frame_refusal(marker, data[pos + 2], data[pos + 7])
+                refusal = frame_refusal(marker, d[pos + 2], d[pos + 7])
                 if refusal:
                     return JpegCheck(refusal, width, height)
                 if width * height > max_pixels:
@@ -225,15 +255,16 @@ def _check(data: bytes, size: int, max_pixels: int, load, tail: bytes) -> JpegCh
                 # Inside entropy data 0xFF is always followed by 0x00 or RSTn, so the first FF D9 is EOI.
                 if tail == EOI:
                     return JpegCheck(None, width, height)
-                if len(data) < size:
-                    data = load(None)
-                    size = len(data)
-                if data.find(EOI, scan_start) >= 0:
+                d = walk.data if len(walk.data) >= walk.size else load(None)
+                if d.find(EOI, scan_start) >= 0:
                     return JpegCheck(None, width, height)
-                return JpegCheck(f"truncated (no end-of-image marker after the scan data; {size} bytes)", width, height)
-            pos += length
+                return JpegCheck(f"truncated (no end-of-image marker after the scan data; {len(d)} bytes)", width,
+                                 height)
+        raise AssertionError("unreachable: the walk ends at the first scan or raises")  # pragma: no cover
+    except _Malformed as e:
+        return JpegCheck(e.args[0])
     except IndexError:  # the file shrank between reads
-        return JpegCheck(f"truncated in the headers (the file ended at byte {len(data)} while being read)")
+        return JpegCheck(f"truncated in the headers (the file ended at byte {len(walk.data)} while being read)")
 
 
 def frame_refusal(marker: int, precision: int, components: int) -> str | None:
@@ -335,32 +366,24 @@ class FrameHeader:
 def read_frame_header(data: bytes | memoryview) -> FrameHeader | None:
     """The frame header of JPEG ``data`` and the EXIF orientation tags before its first scan, where the
     decoders read them (EXIF before or after the frame header alike); None when no frame header comes
-    before the first scan. Reads headers only, without copying them.
+    before the first scan or a broken structure. Reads headers only, without copying them
+    (:class:`_Segments`: the walk the index's check makes, keeping what it found before a break).
     """
     data = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else data
     if bytes(data[:2]) != SOI:
         return None
-    pos, frame, orientations = 2, None, []
-    while pos + 4 <= len(data) and data[pos] == 0xFF:
-        while pos + 1 < len(data) and data[pos + 1] == 0xFF:
-            pos += 1
-        marker = data[pos + 1]
-        pos += 2
-        if marker in _STANDALONE:
-            continue
-        if marker in (0xDA, 0xD9) or pos + 2 > len(data):
-            break
-        length = (data[pos] << 8) | data[pos + 1]
-        if length < 2:
-            break
-        if marker == 0xE1:
-            tag = _exif_orientation(data[pos + 2:pos + length])
-            if tag is not None:
-                orientations.append(tag)
-        if marker in _SOF_MARKERS and frame is None and pos + 8 <= len(data):
-            frame = (marker, data[pos + 2], data[pos + 7], (data[pos + 3] << 8) | data[pos + 4],
-                     (data[pos + 5] << 8) | data[pos + 6])
-        pos += length
+    frame, orientations = None, []
+    try:
+        for marker, pos, length in _Segments(data):
+            if marker == 0xE1:
+                tag = _exif_orientation(data[pos + 2:pos + length])
+                if tag is not None:
+                    orientations.append(tag)
+            if marker in _SOF_MARKERS and frame is None and length >= 8:
+                frame = (marker, data[pos + 2], data[pos + 7], (data[pos + 3] << 8) | data[pos + 4],
+                         (data[pos + 5] << 8) | data[pos + 6])
+    except _Malformed:
+        pass  # what came before the break stands (the decoders read as far)
     return None if frame is None else FrameHeader(*frame, tuple(orientations))
 
 
