@@ -9,6 +9,7 @@ import pytest
 
 from conftest import jpeg_bytes, run_cli, write
 from dali_backend import ConfigError, SampleIndex
+from dali_backend.index import build as build_module
 from dali_backend.index import update as update_module
 
 
@@ -44,28 +45,30 @@ def change_files(data) -> dict[str, str]:
 
 @pytest.fixture
 def reads(monkeypatch):
-    """The files whose headers an update reads."""
+    """The files whose headers are read (an update's checks are the build's: index.build.FileChecks)."""
     seen = []
-    real = update_module.check_jpeg
+    real = build_module.check_jpeg
 
     def counting(path, max_pixels):
         seen.append(path)
         return real(path, max_pixels)
 
-    monkeypatch.setattr(update_module, "check_jpeg", counting)
+    monkeypatch.setattr(build_module, "check_jpeg", counting)
     return seen
 
 
 def test_update_equals_a_fresh_build(root, reads):
     old = SampleIndex.from_folder(root, progress=False)
     what = change_files(root)
+    reads.clear()
     new, report = update_module.update_index(old)
+    updated = list(reads)
     fresh = SampleIndex.from_folder(root, progress=False)
     assert records(new) == records(fresh)
     assert new.rejected == fresh.rejected and new.ignored_files == fresh.ignored_files and new.ignored == fresh.ignored
     assert [r.path for r in new.rejected] == ["dent/06.jpg"]
     # only what is new, changed or was refused before was read
-    assert sorted(os.path.relpath(p, root) for p in reads) == sorted(what["added"] + what["changed"])
+    assert sorted(os.path.relpath(p, root) for p in updated) == sorted(what["added"] + what["changed"])
     assert (report.unchanged, report.added, report.rechecked, report.removed) == (10, 4, 1, 2)
     assert report.new_classes == ("scratch",)
     # order: survivors in their old order, then the new files in walk order; class ids kept

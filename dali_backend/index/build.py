@@ -18,7 +18,7 @@ from ..labelling import KeywordRules
 from .manifest import _path_as_written, _read_manifest
 from .parallel import map_in_chunks
 from .options import JPEG_EXTENSIONS, Verify, _capped, _opt
-from .report import _nothing_indexed, _reject_same_file_twice
+from .report import _nothing_indexed, _reject_same_file_twice, _shared_identities
 from .verify import _decode_check
 from .walk import (Rejected, _Candidates, _count, _follow_symlinks_hint, _is_inside, _norm_rel, _refuse_split_layout,
                    _subdirs, _walk_jpegs, class_folders, keyword_labelled, manifest_classes)
@@ -129,6 +129,62 @@ def manifest_candidates(path: str | os.PathLike, root: str | os.PathLike | None,
     return root_path, cand, classes
 
 
+class FileChecks:
+    """The checks of candidate files, filled by threads into numpy columns rather than a tuple per file
+    (1M files: ~64 MB instead of ~350 MB): ``cols`` size, mtime, width, height; ``inode`` (device,
+    inode), by which one file reached by two paths is found; ``reasons`` why each file is refused
+    (None: accepted). Shared by building (:func:`check_candidates`) and updating an index."""
+
+    def __init__(self, root: Path | str, paths: Sequence[str], verify: Verify, max_pixels: int):
+        n = len(paths)
+        self.root, self.paths, self.verify, self.max_pixels = str(root), paths, verify, max_pixels
+        self.cols = np.zeros((n, 4), dtype=np.int64)
+        self.inode = np.zeros((n, 2), dtype=np.uint64)
+        self.reasons: list[str | None] = [None] * n
+        self.no_inode: dict[int, str] = {}  # file systems without inode numbers: identity by real path
+
+    def stat(self, i: int) -> os.stat_result | None:
+        """Stat candidate ``i`` (following symlinks; nothing is opened) and record its size, mtime and
+        identity; None, with its reason set, when it cannot be."""
+        full = os.path.join(self.root, self.paths[i])
+        try:
+            st = os.stat(full)
+        except FileNotFoundError:
+            self.reasons[i] = "missing file"
+            return None
+        except OSError as e:
+            self.reasons[i] = f"unreadable ({type(e).__name__}: {e.strerror or e})"
+            return None
+        self.cols[i, 0], self.cols[i, 1] = st.st_size, st.st_mtime_ns
+        self.inode[i] = st.st_dev, st.st_ino
+        if not st.st_ino:
+            self.no_inode[i] = os.path.realpath(full)
+        return st
+
+    def check(self, i: int, st: os.stat_result) -> None:
+        """Check candidate ``i`` once stat'ed: a regular file (a FIFO would block the first open()
+        forever), its JPEG headers, and a decode for ``verify="decode"``."""
+        reason = not_regular_reason(st.st_mode)
+        if reason or self.verify == "none":
+            self.reasons[i] = reason
+            return
+        full = os.path.join(self.root, self.paths[i])
+        res = check_jpeg(full, self.max_pixels)
+        self.cols[i, 2], self.cols[i, 3] = res.width, res.height
+        self.reasons[i] = _decode_check(full) if res.reason is None and self.verify == "decode" else res.reason
+
+    def __call__(self, i: int) -> None:
+        st = self.stat(i)
+        if st is not None:
+            self.check(i, st)
+
+    def reject_same_file_twice(self, cand: _Candidates, classes: Sequence[str]) -> None:
+        """Refuse accepted candidates that are one file reached by two paths (see
+        :func:`~.report._reject_same_file_twice`)."""
+        good = np.array([r is None for r in self.reasons], dtype=bool)
+        _reject_same_file_twice(cand, classes, self.reasons, _shared_identities(self.inode, good, self.no_inode))
+
+
 def check_candidates(root: Path, cand: _Candidates, classes: Sequence[str], verify: Verify, max_pixels: int,
                      workers: int, progress: bool | None) -> tuple[list[int], NDArray[np.int64], list[Rejected]]:
     """Check every candidate (stat, then its JPEG headers, then a decode for ``verify="decode"``), in
@@ -141,37 +197,13 @@ def check_candidates(root: Path, cand: _Candidates, classes: Sequence[str], veri
         raise ConfigError(f"verify={verify!r}; use 'header' (default), 'decode' or 'none'")
     if max_pixels <= 0:
         raise ConfigError(f"max_pixels={max_pixels}; must be a positive pixel count (default {DEFAULT_MAX_PIXELS})")
-    root_s = str(root)
-    n = len(cand.paths)
-    decode = verify == "decode"
-
-    def check(rel: str) -> tuple[str | None, int, int, int, int, tuple]:
-        full = os.path.join(root_s, rel)
-        try:
-            st = os.stat(full)  # follows symlinks; opens nothing
-        except FileNotFoundError:
-            return "missing file", 0, 0, 0, 0, ()
-        except OSError as e:
-            return f"unreadable ({type(e).__name__}: {e.strerror or e})", 0, 0, 0, 0, ()
-        size, mtime = st.st_size, st.st_mtime_ns
-        identity = (st.st_dev, st.st_ino) if st.st_ino else (os.path.realpath(full),)
-        reason = not_regular_reason(st.st_mode)  # a FIFO would block the first open() forever
-        if reason or verify == "none":
-            return reason, size, mtime, 0, 0, identity
-        res = check_jpeg(full, max_pixels)
-        if res.reason is None and decode:
-            reason = _decode_check(full)
-            if reason:
-                return reason, size, mtime, res.width, res.height, identity
-        return res.reason, size, mtime, res.width, res.height, identity
-
-    results = map_in_chunks(lambda i: check(cand.paths[i]), n, workers, progress, "indexing")  # few futures alive
-    reasons = [r[0] for r in results]
-    _reject_same_file_twice(cand, classes, reasons, [r[5] for r in results])
+    checks = FileChecks(root, cand.paths, verify, max_pixels)
+    map_in_chunks(checks, len(cand.paths), workers, progress, "indexing")  # few futures alive
+    checks.reject_same_file_twice(cand, classes)
+    reasons = checks.reasons
     keep = [i for i, r in enumerate(reasons) if r is None]
     rejected = list(cand.rejected) + [Rejected(cand.paths[i], r) for i, r in enumerate(reasons) if r is not None]
     rejected.sort(key=lambda r: r.path)
     if not keep:
         raise IndexBuildError(_nothing_indexed(root, cand, rejected))
-    cols = np.array([r[1:5] for r in results], dtype=np.int64).reshape(-1, 4)[keep]
-    return keep, cols, rejected
+    return keep, checks.cols[keep], rejected

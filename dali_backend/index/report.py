@@ -6,6 +6,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from .options import NOT_JPEG
 
 from .options import _opt
@@ -89,6 +91,21 @@ def _reject_same_file_twice(cand: _Candidates, classes: Sequence[str], reasons: 
             for i in members[1:]:
                 reasons[i] = (f"duplicate: same file as {cand.paths[first]} (class {classes[cand.labels[first]]}), "
                               "indexed once; remove the extra link")
+
+
+def _shared_identities(inode: np.ndarray, good: np.ndarray, no_inode: dict[int, str]) -> list[tuple]:
+    """Per candidate, its file identity where another accepted candidate may be the same file, else ``()``
+    (what :func:`_reject_same_file_twice` groups; a million distinct tuples would cost ~100 MB)."""
+    ids: list[tuple] = [()] * len(inode)
+    accepted = np.flatnonzero(good & (inode[:, 1] != 0))
+    if accepted.size:
+        _, inverse, counts = np.unique(inode[accepted], axis=0, return_inverse=True, return_counts=True)
+        for i in accepted[counts[inverse.reshape(-1)] > 1].tolist():
+            ids[i] = (int(inode[i, 0]), int(inode[i, 1]))
+    for i, real in no_inode.items():
+        if good[i]:
+            ids[i] = (real,)
+    return ids
 
 
 def _nothing_indexed(root: Path, cand: _Candidates, rejected: Sequence[Rejected]) -> str:

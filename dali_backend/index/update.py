@@ -24,19 +24,17 @@ the data grows).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, IndexBuildError
-from ..jpeg import DEFAULT_MAX_PIXELS, check_jpeg, not_regular_reason
+from ..jpeg import DEFAULT_MAX_PIXELS
 from ..strings import StringTable
-from .build import folder_candidates, keyword_candidates, manifest_candidates
+from .build import FileChecks, folder_candidates, keyword_candidates, manifest_candidates
 from .parallel import map_in_chunks
-from .report import _nothing_indexed, _reject_same_file_twice
-from .verify import _decode_check
+from .report import _nothing_indexed
 from .walk import Rejected, _Candidates
 
 log = logging.getLogger("dali_backend")
@@ -107,47 +105,23 @@ def update_index(index, *, workers: int = 8, progress: bool | None = None) -> tu
     same_label = np.zeros(n, dtype=bool)
     same_label[old >= 0] = index.labels[old[old >= 0]] == labels[old >= 0]
     verify, max_pixels = source.get("verify", "header"), int(source.get("max_pixels", DEFAULT_MAX_PIXELS))
-    root_s = str(root)
-    # one row per candidate, filled by the threads (numpy columns, not a tuple per file: 1M files cost
-    # ~64 MB here instead of ~350 MB)
-    cols = np.zeros((n, 4), dtype=np.int64)  # size, mtime, width, height
-    inode = np.zeros((n, 2), dtype=np.uint64)  # (device, inode): one file reached by two paths
+    checks = FileChecks(root, cand.paths, verify, max_pixels)
+    cols, reasons = checks.cols, checks.reasons
     read = np.zeros(n, dtype=bool)
-    reasons: list[str | None] = [None] * n
-    no_inode: dict[int, str] = {}  # file systems without inode numbers: identity by real path
 
     def check(i: int) -> None:
-        full = os.path.join(root_s, cand.paths[i])
-        try:
-            st = os.stat(full)
-        except FileNotFoundError:
-            reasons[i] = "missing file"
+        st = checks.stat(i)
+        if st is None:
             return
-        except OSError as e:
-            reasons[i] = f"unreadable ({type(e).__name__}: {e.strerror or e})"
-            return
-        size, mtime = st.st_size, st.st_mtime_ns
-        cols[i, 0], cols[i, 1] = size, mtime
-        inode[i] = st.st_dev, st.st_ino
-        if not st.st_ino:
-            no_inode[i] = os.path.realpath(full)
         j = old[i]
-        if j >= 0 and same_label[i] and index.sizes[j] == size and index.mtimes[j] == mtime:
+        if j >= 0 and same_label[i] and index.sizes[j] == cols[i, 0] and index.mtimes[j] == cols[i, 1]:
             cols[i, 2], cols[i, 3] = index.widths[j], index.heights[j]  # unchanged: not read
             return
         read[i] = True
-        reason = not_regular_reason(st.st_mode)
-        if reason or verify == "none":
-            reasons[i] = reason
-            return
-        res = check_jpeg(full, max_pixels)
-        cols[i, 2], cols[i, 3] = res.width, res.height
-        reasons[i] = _decode_check(full) if res.reason is None and verify == "decode" else res.reason
+        checks.check(i, st)
 
     map_in_chunks(check, n, workers, progress, "updating")
-    good = np.array([r is None for r in reasons], dtype=bool)
-    _reject_same_file_twice(_Candidates(cand.paths, labels.tolist(), [], cand.ignored), classes, reasons,
-                            _shared_identities(inode, good, no_inode))
+    checks.reject_same_file_twice(_Candidates(cand.paths, labels.tolist(), [], cand.ignored), classes)
     good = np.array([r is None for r in reasons], dtype=bool)
     rejected = sorted(list(cand.rejected) + [Rejected(cand.paths[i], r) for i, r in enumerate(reasons) if r is not None],
                       key=lambda r: r.path)
@@ -186,21 +160,6 @@ def old_positions(index, paths: list[str]) -> np.ndarray:
                 out[i] = j
                 break
     return out
-
-
-def _shared_identities(inode: np.ndarray, good: np.ndarray, no_inode: dict[int, str]) -> list[tuple]:
-    """Per candidate, its file identity where another accepted candidate may be the same file, else ``()``
-    (what :func:`_reject_same_file_twice` groups; a million distinct tuples would cost ~100 MB)."""
-    ids: list[tuple] = [()] * len(inode)
-    accepted = np.flatnonzero(good & (inode[:, 1] != 0))
-    if accepted.size:
-        _, inverse, counts = np.unique(inode[accepted], axis=0, return_inverse=True, return_counts=True)
-        for i in accepted[counts[inverse.reshape(-1)] > 1].tolist():
-            ids[i] = (int(inode[i, 0]), int(inode[i, 1]))
-    for i, real in no_inode.items():
-        if good[i]:
-            ids[i] = (real,)
-    return ids
 
 
 def source_of(builder: str, **options) -> dict:
