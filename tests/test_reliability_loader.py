@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from conftest import KINDS
-from dali_backend import AugmentSpec, ConfigError, DaliLoader, WeightedSampler
+from dali_backend import AugmentSpec, ConfigError, DaliLoader, SampleIndex, WeightedSampler
 from fallback import ImageDataset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -367,3 +367,53 @@ def test_eval_removes_a_blur_of_random_sigma_and_keeps_a_fixed_one():
     spec = AugmentSpec(ops=[GaussianBlur(5), GaussianBlur(3, 1.0), CenterCrop(8)])
     assert [type(op).__name__ for op in spec.eval().ops] == ["GaussianBlur", "CenterCrop"]
     assert spec.eval().ops[0] == GaussianBlur(3, 1.0) and not spec.eval().is_random
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_close_stops_the_workers_of_a_pass_in_progress(defect_root, persistent):
+    """close() while a pass is suspended between batches (or from another thread) stops that pass's
+    DataLoader workers at once, persistent or not (before: without persistent workers they lived on
+    until the suspended iterator was collected); next() then raises LoaderClosedError."""
+    import multiprocessing
+
+    from dali_backend.errors import LoaderClosedError
+
+    index = SampleIndex.from_folder(defect_root, progress=False)
+    loader = DaliLoader(ImageDataset(index, AugmentSpec(size=16)), batch_size=4, num_workers=2,
+                        persistent_workers=persistent, backend="torch", device="cpu")
+    it = iter(loader)
+    next(it)
+    workers = {p.pid for p in multiprocessing.active_children()}
+    assert len(workers) >= 2
+    loader.close()
+    assert not workers & {p.pid for p in multiprocessing.active_children()}, "the pass's workers were stopped"
+    with pytest.raises(LoaderClosedError):
+        next(it)
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_close_landing_while_a_torch_pass_starts_leaves_no_worker(defect_root, persistent):
+    """close() from another thread while iter() is starting the DataLoader's workers (simulated: it lands
+    right after they started): the pass raises LoaderClosedError and no worker process outlives it."""
+    import multiprocessing
+
+    from dali_backend.errors import LoaderClosedError
+
+    index = SampleIndex.from_folder(defect_root, progress=False)
+    loader = DaliLoader(ImageDataset(index, AugmentSpec(size=16)), batch_size=4, num_workers=2,
+                        persistent_workers=persistent, backend="torch", device="cpu")
+    executor = loader._executor
+    real_start = executor._start_pass
+    started = []
+
+    def start_then_close():
+        batches = real_start()
+        started.extend(w.pid for w in getattr(batches, "_workers", []))
+        loader.close()  # what another thread's close() does, at the worst moment
+        return batches
+
+    executor._start_pass = start_then_close
+    with pytest.raises(LoaderClosedError, match="closed while this iterator was starting a pass"):
+        next(iter(loader))
+    assert len(started) == 2
+    assert not set(started) & {p.pid for p in multiprocessing.active_children()}, "the pass's workers were stopped"
