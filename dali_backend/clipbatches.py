@@ -9,7 +9,7 @@ import torch
 
 from .boundary import Batch
 from .clips import ClipSampler
-from .errors import ConfigError
+from .errors import BadImageError, ConfigError
 
 
 def _sizes(sizes: np.ndarray | None) -> tuple:
@@ -55,7 +55,7 @@ class ClipBatchesMixin:
         if self.batch_transform is not None:
             images, labels = self.batch_transform(images, labels)
         meta = self._clip_meta(batch, per_draw, clips, served) if self.return_meta else None
-        self._account(clips, served, draws[:, 1], self._clip_name)
+        self._account(clips, served, draws[:, 1], self._clip_names)
         sizes = None if batch.sizes is None else batch.sizes.reshape(len(clips), T, 2)
         return (images, labels, *_sizes(sizes)) + (() if meta is None else (meta,))
 
@@ -73,9 +73,20 @@ class ClipBatchesMixin:
                                    "in dali_backend, please report it")
         return served
 
-    def _clip_name(self, clip: int) -> str:
-        """How ``stats().skipped_files`` names a clip: its first frame's path."""
-        return self.dataset.index.abspath(int(self.sampler.frames([clip])[0, 0]))
+    def _clip_names(self, planned: int, served: int) -> tuple[str, str]:
+        """``stats().skipped_files``'s entry for clip ``planned`` replaced by clip ``served``: the planned
+        clip's first frame that is bad now (read and checked again here, in the main process: replaced
+        clips are rare) and the replacement's frame at its place; the first frames if none is bad now."""
+        frames, replacement = self.sampler.frames([planned, served])
+        reader, t = self.dataset.reader, 0
+        for k, i in enumerate(frames.tolist()):
+            try:
+                reader.read(i)
+            except BadImageError:
+                t = k
+                break
+        index = self.dataset.index
+        return index.abspath(int(frames[t])), index.abspath(int(replacement[t]))
 
     def _clip_meta(self, batch: Batch, per_draw, clips: np.ndarray, served: np.ndarray) -> dict:
         """``return_meta`` for clips: per clip (``[B]``) and per frame (``[B, T]``, lists of B lists of T)."""

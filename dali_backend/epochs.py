@@ -148,9 +148,9 @@ class EpochLoaderMixin:
             self.sampler.num_samples if isinstance(self.sampler, ClipSampler) else None
         return start
 
-    def _account(self, planned: np.ndarray, served: np.ndarray, positions: np.ndarray, name=None) -> None:
-        """Count one yielded batch: planned and served sample indices (or clip numbers, ``name`` then
-        naming one in ``skipped_files``) and draw positions."""
+    def _account(self, planned: np.ndarray, served: np.ndarray, positions: np.ndarray, names=None) -> None:
+        """Count one yielded batch: planned and served sample indices (or clip numbers, ``names(planned,
+        served)`` then giving the ``skipped_files`` entry of a replaced one) and draw positions."""
         st = self._stats
         # only WeightedSampler (and ClipSampler, over it) pads (its positions >= num_samples); others'
         # num_samples mean something else
@@ -160,9 +160,9 @@ class EpochLoaderMixin:
         st.skipped += int(skipped.sum())
         st.padded += int(padded.sum())
         st.yielded += int(len(planned) - skipped.sum() - padded.sum())
-        name = name or self.dataset.index.abspath
+        path = self.dataset.index.abspath
         for p, s in zip(planned[skipped], served[skipped]):
-            st.skipped_files.append((name(int(p)), name(int(s))))
+            st.skipped_files.append(names(int(p), int(s)) if names else (path(int(p)), path(int(s))))
         self._batches_done += 1
 
     def _batch_meta(self, batch, batch_params: list | None) -> dict:
@@ -180,7 +180,8 @@ class EpochLoaderMixin:
         st = self._stats
         if st is not None and st.skipped:
             shown = "; ".join(f"{a} -> {b}" for a, b in st.skipped_files[:5])
-            what = ("clips with a bad frame skipped and replaced by whole clips of their class (first frames: "
+            what = ("clips with a bad frame skipped and replaced by whole clips of their class (bad frame -> its "
+                    "place in the replacement: "
                     if getattr(self, "clip_len", 1) > 1 else "bad files skipped and replaced by samples of their class (")
             log.warning("epoch %d: %d %s%s%s)", st.epoch, st.skipped, what, shown, "; ..." if st.skipped > 5 else "")
 

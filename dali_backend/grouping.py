@@ -54,6 +54,9 @@ def aspect_edges(groups: int | Sequence[float]) -> NDArray[np.float64]:
             return np.array([1.0])
         span = math.log(_RATIO_SPAN)
         return np.exp(np.linspace(-span, span, int(groups) + 1)[1:-1])
+    if np.ndim(groups) == 0:  # 2.0 from a config file: a count or one edge? refused rather than guessed
+        raise ConfigError(f"AspectGroupedSampler: groups={groups!r}; pass a number of groups as an int (e.g. 2: "
+                          "portrait and landscape), or the w/h ratios separating them as a list (e.g. [1.0])")
     try:
         edges = np.asarray(groups, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError):

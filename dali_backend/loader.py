@@ -216,7 +216,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
                 return _DaliExecutor(ds, self.on_error, (
                     ds, frames_per_batch, self.backend, device_id, self.num_workers, prefetch_queue_depth,
                     hw_decoder_load, py_start_method, self.on_error, float(timeout), worker_init_fn, self.return_meta,
-                    self._clip_table))
+                    self._clip_table), self._clip_table)
         self._make_executor = make_executor  # again when a data change moves to another index (update_index)
         self._datasets = {dataset.index.fingerprint: dataset}  # one dataset per index the schedule draws from
         self._epoch_planned = False  # a pass of the selected epoch was planned (its data can no longer change)

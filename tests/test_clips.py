@@ -381,14 +381,16 @@ def skip_epoch(index, kind: str, **kw) -> tuple[list, dict]:
         return [(x, y, m) for x, y, m in loader], loader.stats()
 
 
-@pytest.mark.parametrize("kind", [*KINDS, "torch-workers", "dali-cpu-workers"])
+@pytest.mark.parametrize("kind", [*KINDS, "torch-workers", "dali-cpu-readers"])
 def test_skip_replaces_a_clip_with_a_bad_frame_by_a_whole_clip_of_its_class(tmp_path, kind):
     root = make_sequences(tmp_path / "data", SKIP_LAYOUT)
     index = SampleIndex.from_folder(root, progress=False)
     bad = root / "ok/a/f5.jpg"  # the middle frame of clip a1 (f4 f5 f6): f4 and f6 are fine
     bad.write_bytes(b"\0" * bad.stat().st_size)  # the same size: only the read-time check sees it
-    extra = {"num_workers": 2} if kind.endswith("workers") else {}
-    batches, stats = skip_epoch(index, kind.removesuffix("-workers"), **extra)
+    # torch: 2 DataLoader workers; DALI: 8 threads, 2 Python reader processes (threads // 4), which share
+    # the frames of a clip
+    extra = {"torch-workers": {"num_workers": 2}, "dali-cpu-readers": {"num_workers": 8}}.get(kind, {})
+    batches, stats = skip_epoch(index, kind.split("-workers")[0].split("-readers")[0], **extra)
     sampler = ClipSampler(index, clip_len=3, step=3, mode="sequential")
     planned = torch.cat([m["planned_clip"] for _, _, m in batches]).tolist()
     served = torch.cat([m["clip"] for _, _, m in batches]).tolist()
@@ -405,7 +407,8 @@ def test_skip_replaces_a_clip_with_a_bad_frame_by_a_whole_clip_of_its_class(tmp_
             assert int(y[k]) == sampler.labels[clip]
             assert all(p == m["params"][k][0] for p in m["params"][k]), "one draw of parameters for the clip"
     assert stats["skipped"] == 1 and stats["yielded"] == 5 and stats["accounted"] == stats["draws"] == 6
-    assert stats["skipped_files"] == [(str(root / "ok/a/f4.jpg"), index.abspath(int(sampler.frames([served[3]])[0, 0])))]
+    # the bad frame itself, and the replacement's frame at its place (the middle one)
+    assert stats["skipped_files"] == [(str(root / "ok/a/f5.jpg"), index.abspath(int(sampler.frames([served[3]])[0, 1])))]
     # the replacement's pixels are the served clip's own, as a run without the bad file would give them
     # at that position: same parameters (the position's), same frames
     images = torch.cat([x for x, _, _ in batches])
@@ -559,3 +562,67 @@ def test_clips_and_their_skips_on_the_gpu_equal_the_fallback(tmp_path):
         assert m["params"] == w["params"]
     stats = level_stats([x.flatten(0, 1) for x, _, _ in gpu], [u.flatten(0, 1) for u, _, _ in cpu], ds.spec)
     assert not over_bound("end-to-end", stats, "gpu"), stats
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_replacement_clip_whose_frame_the_decoder_refuses_is_passed_over(tmp_path, kind):
+    """Clip a1 (3) has a read-time bad frame; its replacements a0 (2) and b0 (4) hold a frame that passes
+    the read-time checks but that the decoder refuses; b1 (5) is fine: both backends serve b1 (DALI's
+    recovery finds the refused frame by serving the draws in flight by the clip rule; before, by the
+    single-sample rule, it never reached the replacement's frame and could not name the file)."""
+    from test_faults import corrupt_huffman
+
+    root = make_sequences(tmp_path / "data", SKIP_LAYOUT)
+    for name in ("ok/a/f2.jpg", "ok/b/f2.jpg"):
+        (root / name).write_bytes(corrupt_huffman((root / name).read_bytes()))
+    index = SampleIndex.from_folder(root, progress=False)
+    bad = root / "ok/a/f5.jpg"
+    bad.write_bytes(b"\0" * bad.stat().st_size)
+    sampler = ClipSampler(index, clip_len=3, step=3, mode="weights", weights=[0, 0, 0, 1, 0, 0], num_samples=1, seed=1)
+    # seed 3: the clip rule tries 2 first at (epoch 0, position 0); the single-sample rule serves b/f6 for a/f5
+    assert sampler.table().replacements(3, 3, 0, 0).tolist()[0] == 2
+    ds = ImageDataset(index, AugmentSpec(size=16), seed=3, on_error="skip")
+    with DaliLoader(ds, batch_size=1, sampler=sampler, return_meta=True, **KINDS[kind]) as loader:
+        served = [m["clip"].tolist() for _, _, m in loader]
+        assert served == [[5]] and loader.stats()["skipped"] == 1
+
+
+def test_a_frame_overwritten_while_two_dali_readers_read_its_clip_gives_no_mixed_clip(tmp_path, monkeypatch):
+    """A frame overwritten between two DALI reader processes' reads of its clip: the first reader chose
+    the clip (SlotRing.decide), the other finds its frame bad; the batch runs again on a new pipeline
+    and the clip is replaced whole (before: each reader chose for itself, and the loader met a mixed
+    clip, "frames [1, 2, 8] are no clip of the sampler"). Simulated deterministically: the first process
+    to read f5 reads it intact, any other sees it overwritten. (num_workers=8: 2 reader processes.)"""
+    import os
+    import time
+
+    from dali_backend import BadImageError, reading
+
+    root = make_sequences(tmp_path / "data", {"ok/a": [f"f{k}.jpg" for k in range(1, 13)]})
+    index = SampleIndex.from_folder(root, progress=False)
+    x = next(i for i in range(len(index)) if index.abspath(i).endswith("ok/a/f5.jpg"))  # in clip 1 (f4 f5 f6)
+    flag = tmp_path / "first-reader"
+    orig = reading.SampleReader.read
+
+    def read(self, i, epoch=None):
+        if i == x:
+            try:
+                fd = os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                os.write(fd, str(os.getpid()).encode())
+                os.close(fd)
+            except FileExistsError:
+                pass
+            if flag.read_text() != str(os.getpid()):
+                raise BadImageError(self.path(i), i, int(self.labels[i]), epoch, "file changed since indexing")
+        time.sleep(0.05)  # slow reads: both reader processes take a part of the batch
+        return orig(self, i, epoch)
+
+    monkeypatch.setattr(reading.SampleReader, "read", read)
+    sampler = ClipSampler(index, clip_len=3, step=3, mode="sequential")
+    ds = ImageDataset(index, AugmentSpec(size=16), on_error="skip")
+    # 9 slots per batch split 5 / 4 over 2 readers: clip 1 (slots 3-5) is read by both
+    with DaliLoader(ds, batch_size=3, sampler=sampler, return_meta=True, num_workers=8, backend="dali",
+                    device="cpu") as loader:
+        for _, _, m in loader:
+            for k in range(len(m["clip"])):
+                assert m["index"][k].tolist() == sampler.frames([int(m["clip"][k])])[0].tolist()

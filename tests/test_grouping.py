@@ -289,3 +289,14 @@ def test_passes_follow_the_grouped_plan_epoch_after_epoch(index, kind):
     assert passes[0] != passes[1] != passes[2]
     for clone in (copy.deepcopy(sampler), pickle.loads(pickle.dumps(sampler))):
         assert np.array_equal(clone.rank_draw(1)[1], sampler.rank_draw(1)[1]) and clone.epoch == sampler.epoch
+
+
+@pytest.mark.parametrize("groups", [2.0, 3.0, np.float64(2.0), 1.0])
+def test_a_float_number_of_groups_is_refused_not_taken_for_an_edge(tmp_path, groups):
+    """groups=2.0 (a count read from a YAML/JSON config) would be one edge at w/h = 2.0 if taken as a list:
+    4:3 and 16:9 landscapes in the portraits' group, the grouping silently saving nothing. Refused."""
+    write(tmp_path / "a" / "x.jpg", jpeg_bytes(24, 32))
+    index = SampleIndex.from_folder(tmp_path, progress=False)
+    with pytest.raises(ConfigError, match=r"number of groups as an int .* as a list"):
+        AspectGroupedSampler(WeightedSampler(index), 4, groups=groups)
+    assert AspectGroupedSampler(WeightedSampler(index), 4, groups=[2.0]).edges.tolist() == [2.0]

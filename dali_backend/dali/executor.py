@@ -10,11 +10,13 @@ import numpy as np
 from ..boundary import Kind
 from ..errors import BadImageError, ExecutorFailed, LoaderWorkerError
 from ..procstats import dali_operator_cpu_seconds
+from ..reading import ClipTable
 from .failures import parse_dali_failure
-from .runner import _DaliRunner
+from .runner import _ClipChanged, _DaliRunner
 from .wire import Col
 
 log = logging.getLogger("dali_backend")
+CLIP_REPLAYS = 2  # runs again of one batch for a frame that changed while its clip was read
 
 
 class _DaliExecutor:
@@ -26,8 +28,10 @@ class _DaliExecutor:
     then applies to it), and the facade resumes at the batch that failed.
     """
 
-    def __init__(self, dataset, on_error: str, runner_args: tuple):
+    def __init__(self, dataset, on_error: str, runner_args: tuple, clips: ClipTable | None = None):
         self.dataset, self.on_error, self._runner_args = dataset, on_error, runner_args
+        self.clips = clips if on_error == "skip" else None  # clips: whole clips are replaced under skip
+        self._clip_replays: dict[tuple, int] = {}  # (frame, epoch): batches run again for it
         self.runner: _DaliRunner | None = _DaliRunner(*runner_args)
         self.device = self.runner.device
 
@@ -45,9 +49,19 @@ class _DaliExecutor:
         return dali_operator_cpu_seconds()
 
     def recover(self, failure: ExecutorFailed) -> None:
-        """Close the failed pipeline and mark the file its decoder refused (or raise DALI's error)."""
+        """Close the failed pipeline and mark the file its decoder refused (or raise DALI's error); or, for
+        a clip whose frame changed while its readers read it, run the batch again (at most
+        :data:`CLIP_REPLAYS` times for one frame: then its error is raised)."""
         if self.runner is not None:
             self.runner.close()
+        if isinstance(failure, _ClipChanged):
+            bad = failure.bad
+            key = (bad.index, bad.epoch)
+            self._clip_replays[key] = self._clip_replays.get(key, 0) + 1
+            if self._clip_replays[key] > CLIP_REPLAYS:
+                raise bad.error() from failure
+            log.warning("DaliLoader: %s; its batch runs again, and its clip is chosen again", failure)
+            return
         self._refuse_files_dali_failed_on(failure)
 
     def _live_runner(self) -> _DaliRunner:
@@ -78,18 +92,14 @@ class _DaliExecutor:
         rows = np.concatenate(failure.in_flight)
         rows = rows[rows[:, Col.KIND] == Kind.DRAW]
         k = what.sample
-        ordered = [np.concatenate([b[k:k + 1] for b in failure.in_flight]), rows] if k is not None else [rows]
+        ordered = [rows]
+        if k is not None and self.clips is None:  # the sample DALI named in each batch first (a clip: all)
+            ordered.insert(0, np.concatenate([b[k:k + 1] for b in failure.in_flight]))
         flag = cv2.IMREAD_GRAYSCALE if self.dataset.spec.color == "gray" else cv2.IMREAD_COLOR
         detail = what.reason
         for candidates in ordered:
             refused = []
-            for _, index, epoch, position, kind in candidates.tolist():
-                if kind != Kind.DRAW:
-                    continue
-                try:
-                    served, data = reader.serve(index, epoch, position, self.on_error, lambda j: reader.read(j, epoch))
-                except BadImageError:
-                    continue  # served as a marker; not what DALI decoded
+            for served, data in self._served(candidates):
                 if served not in reader.refused and cv2.imdecode(data, flag) is None:
                     reader.refused[served] = f"the JPEG decoder refused it ({detail or 'corrupt JPEG data'})"
                     refused.append(reader.path(served))
@@ -100,6 +110,30 @@ class _DaliExecutor:
         raise LoaderWorkerError(f"DALI's pipeline failed and none of the {len(rows)} files in flight fails OpenCV's "
                                 f"decoder, so the file cannot be named: {text.strip()[:1500]}. The next iteration "
                                 "starts a new pipeline; backend='torch' decodes with OpenCV instead") from failure.error
+
+    def _served(self, rows: np.ndarray):
+        """``(served index, checked bytes)`` of each draw of ``rows`` (slot rows) as the reader workers
+        served it: by the single-sample rule, or for clips under ``on_error="skip"`` by the clip rule
+        (``rows`` then hold whole clips: every frame of the clip, or of the clip replacing it)."""
+        reader = self.dataset.reader
+        if self.clips is None:
+            for _, index, epoch, position, kind in rows.tolist():
+                if kind != Kind.DRAW:
+                    continue
+                try:
+                    yield reader.serve(index, epoch, position, self.on_error, lambda j: reader.read(j, epoch))
+                except BadImageError:
+                    continue  # served as a marker; not what DALI decoded
+            return
+        T = self.clips.clip_len
+        for start in range(0, len(rows) - T + 1, T):
+            _, _, epoch, position, _ = (int(v) for v in rows[start])
+            read = lambda fr: [reader.read(int(j), epoch) for j in fr]  # noqa: E731
+            try:
+                served, data = reader.serve_clip(self.clips, rows[start:start + T, Col.INDEX], epoch, position, read)
+            except BadImageError:
+                continue
+            yield from zip((int(i) for i in served), data)
 
     def abandon(self) -> None:
         """A pass ended with an error: nothing to stop (the runner keeps or rebuilds its pipeline)."""

@@ -134,6 +134,16 @@ class _PipelineFailed(ExecutorFailed):
         self.error, self.in_flight = error, in_flight
 
 
+class _ClipChanged(ExecutorFailed):
+    """A frame of a clip went bad after the clip's replacement was chosen (it changed, or a read failed,
+    between two reader processes' reads): some frames of the clip were served, this one not. The batch
+    runs again on a new pipeline, whose readers choose again (``on_error="skip"``, clips)."""
+
+    def __init__(self, bad):
+        super().__init__(f"{bad.path}: changed while its clip was being read ({bad.reason})")
+        self.bad = bad
+
+
 class _PipelineThread:
     """Runs DALI's iterator in a thread of its own; the iterating thread waits with a short timeout.
 
@@ -226,7 +236,10 @@ class _DaliRunner:
         py_start_method = choose_start_method(py_start_method)  # may refuse: before any shared memory exists
         index = dataset.index
         longest = len(os.fsencode(index.root)) + 1 + int(np.diff(index.paths.offsets).max(initial=0))
-        self.ring = SlotRing(4 * self.lookahead * batch_size, note_bytes(dataset.spec, longest, with_params))
+        # clips under skip: the first reader of a clip chooses its replacement for all (SlotRing.decide)
+        self.clip_len = clips.clip_len if clips is not None and on_error == "skip" else None
+        self.ring = SlotRing(4 * self.lookahead * batch_size, note_bytes(dataset.spec, longest, with_params),
+                             locks=self.clip_len is not None)
         # the dataset's reader: shares its cache
         source = DrawSource(dataset.reader, dataset.spec, on_error, self.ring, with_params, clips)
         # torchrun starts one process per GPU on a node: share the node's cores between them
@@ -415,6 +428,11 @@ class _DaliRunner:
         if not np.array_equal(labels.cpu().numpy()[good], want):
             raise RuntimeError("labels from DALI do not match the index; this is a bug in dali_backend, please report it")
         bad = tuple(self._bad_draw(int(slot)) for slot in rows[~good, Col.SLOT])
+        if bad and self.clip_len is not None:  # whole clips, from the batch's first row on
+            per_clip = good[:len(good) // self.clip_len * self.clip_len].reshape(-1, self.clip_len)
+            if (per_clip.any(axis=1) & ~per_clip.all(axis=1)).any():  # part of a clip served: a frame changed
+                self.broken = error = _ClipChanged(bad[0])
+                raise error
         params = None
         if self.with_params:
             params = [read_params(self.ring, int(r[Col.SLOT])) if ok else None for r, ok in zip(rows, good)]

@@ -15,9 +15,12 @@ when the loader asked for them (``return_meta``), the parameters the draw was au
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import tempfile
 import time
+from collections.abc import Callable
 from enum import IntEnum
 from multiprocessing import shared_memory
 
@@ -60,30 +63,68 @@ PAD_SIZE = (8, 8)
 
 
 class SlotRing:
-    """A ring of schedule rows in POSIX shared memory (works with fork and spawn workers)."""
+    """A ring of schedule rows in POSIX shared memory (works with fork and spawn workers).
 
-    def __init__(self, capacity: int, note_bytes: int = 1024):
+    With ``locks``, beside each row a cell where the first reader of a clip records the sample each of
+    its slots serves (:meth:`decide`), under a byte-range lock of a file in ``/dev/shm`` (``fcntl``
+    record locks: across processes, forked or spawned, released by the kernel if a holder dies)."""
+
+    def __init__(self, capacity: int, note_bytes: int = 1024, locks: bool = False):
         self.capacity, self.note_bytes = int(capacity), -(-int(note_bytes) // 64) * 64
-        self._shm = shared_memory.SharedMemory(create=True, size=self.capacity * (ROW * 8 + self.note_bytes))
+        self._shm = shared_memory.SharedMemory(create=True, size=self.capacity * (ROW * 8 + self.note_bytes + 16))
         self._owner = True
+        self.lock_path: str | None = None
+        if locks:
+            shm_dir = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+            fd, self.lock_path = tempfile.mkstemp(prefix="dali-backend-ring-", suffix=".lock", dir=shm_dir)
+            os.close(fd)
+        self._lock_fd: tuple[int, int] | None = None  # (pid, fd): record locks belong to a process
         self._views()
         self.rows[:, 0] = -1
+        self.decided[:, 0] = -1
 
     def _views(self) -> None:
         self.rows = np.ndarray((self.capacity, ROW), dtype=np.int64, buffer=self._shm.buf)
         self.notes = np.ndarray((self.capacity, self.note_bytes), dtype=np.uint8, buffer=self._shm.buf,
                                 offset=self.capacity * ROW * 8)
+        self.decided = np.ndarray((self.capacity, 2), dtype=np.int64, buffer=self._shm.buf,
+                                  offset=self.capacity * (ROW * 8 + self.note_bytes))  # (slot, sample served)
 
     def __getstate__(self):
-        return {"capacity": self.capacity, "note_bytes": self.note_bytes, "name": self._shm.name}
+        return {"capacity": self.capacity, "note_bytes": self.note_bytes, "name": self._shm.name,
+                "lock_path": self.lock_path}
 
     def __setstate__(self, state):
-        self.capacity, self.note_bytes = state["capacity"], state["note_bytes"]
+        self.capacity, self.note_bytes, self.lock_path = state["capacity"], state["note_bytes"], state["lock_path"]
         # Attached, not owned: the creator unlinks it. (Spawned workers share the creator's resource
         # tracker, so the registration this attach makes is the creator's own and must stay.)
         self._shm = shared_memory.SharedMemory(name=state["name"])
         self._owner = False
+        self._lock_fd = None
         self._views()
+
+    def decide(self, start: int, count: int, choose: Callable[[], np.ndarray]) -> np.ndarray | None:
+        """The samples slots ``start`` .. ``start + count - 1`` serve, chosen once for all processes: the
+        first caller runs ``choose()`` under the lock and records its result (or, if it raises, that it
+        failed, and re-raises); later callers get the record. None: the first caller's choice failed."""
+        pid = os.getpid()
+        if self._lock_fd is None or self._lock_fd[0] != pid:  # not inherited across fork: one per process
+            self._lock_fd = (pid, os.open(self.lock_path, os.O_RDWR))
+        fd, cells = self._lock_fd[1], [self.decided[s % self.capacity] for s in range(start, start + count)]
+        fcntl.lockf(fd, fcntl.LOCK_EX, 1, start % self.capacity)
+        try:
+            if cells[0][0] == start:
+                return None if cells[0][1] < 0 else np.array([c[1] for c in cells], dtype=np.int64)
+            try:
+                served = np.asarray(choose(), dtype=np.int64)
+            except BaseException:
+                cells[0][1], cells[0][0] = -1, start
+                raise
+            for s, cell, index in zip(range(start, start + count), cells, served.tolist()):
+                cell[1], cell[0] = index, s  # the slot number last: a reader that sees it sees the index
+            return served
+        finally:
+            fcntl.lockf(fd, fcntl.LOCK_UN, 1, start % self.capacity)
 
     def write(self, slot: int, index: int, epoch: int, position: int, kind: int) -> None:
         r = self.rows[slot % self.capacity]
@@ -124,11 +165,16 @@ class SlotRing:
         return note[NOTE_HEADER:NOTE_HEADER + size].tobytes()
 
     def close(self) -> None:
-        self.rows = self.notes = None  # type: ignore[assignment]
+        self.rows = self.notes = self.decided = None  # type: ignore[assignment]
+        if self._lock_fd is not None and self._lock_fd[0] == os.getpid():
+            os.close(self._lock_fd[1])
+        self._lock_fd = None
         try:
             self._shm.close()
             if self._owner:
                 self._shm.unlink()
+                if self.lock_path is not None:
+                    os.unlink(self.lock_path)
         except (FileNotFoundError, BufferError):
             pass
 
@@ -181,29 +227,43 @@ class DrawSource:
 
         A clip's frames are ``clip_len`` consecutive slots from a multiple of ``clip_len`` (the loader
         plans whole clips, and every batch, of ``batch_size * clip_len`` slots, starts at a multiple of
-        its size). Every frame checks its whole clip by the same rule, in whichever worker reads it, so
-        a clip is replaced whole or not at all; a worker serving consecutive frames checks once."""
+        its size); DALI spreads them over its reader processes. The first reader of a clip checks it and
+        chooses (:meth:`~dali_backend.reading.SampleReader.serve_clip`) under the ring's lock and records
+        the choice (:meth:`SlotRing.decide`); the others serve that record, so a frame that changes (or a
+        read that fails) between two readers' checks can never mix two clips. A reader that serves
+        several frames of one clip decides once."""
         if self.clips is None:
             return self.reader.serve(index, epoch, position, self.on_error, lambda j: self.reader.read(j, epoch))
         T = self.clips.clip_len
         start = slot - slot % T
-        rows = np.stack([self.ring.read(s) for s in range(start, start + T)])
-        if ((rows[:, Col.EPOCH] != epoch) | (rows[:, Col.POSITION] != position) | (rows[:, Col.KIND] != Kind.DRAW)).any():
-            raise RuntimeError(f"slots {start}..{start + T - 1} hold no whole clip; this is a bug in dali_backend, "
-                               "please report it")
-        frames = rows[:, Col.INDEX].copy()
-        key = (epoch, position, frames.tobytes())
+        key = (start, epoch, position)
         if self._clip_memo is None or self._clip_memo[0] != key:
+            rows = np.stack([self.ring.read(s) for s in range(start, start + T)])
+            if ((rows[:, Col.EPOCH] != epoch) | (rows[:, Col.POSITION] != position)
+                    | (rows[:, Col.KIND] != Kind.DRAW)).any():
+                raise RuntimeError(f"slots {start}..{start + T - 1} hold no whole clip; this is a bug in dali_backend, "
+                                   "please report it")
+            frames, read = rows[:, Col.INDEX].copy(), lambda fr: [self.reader.read(int(j), epoch) for j in fr]
+            chosen: dict = {}
+
+            def choose() -> np.ndarray:
+                chosen["served"], chosen["data"] = self.reader.serve_clip(self.clips, frames, epoch, position, read)
+                return chosen["served"]
+
             try:
-                served, data = self.reader.serve_clip(self.clips, frames, epoch, position,
-                                                      lambda fr: [self.reader.read(int(j), epoch) for j in fr])
-                self._clip_memo = (key, served, data)
+                served = self.ring.decide(start, T, choose)
+                if served is None:  # the reader that chose failed: fail here too, with this reader's error
+                    served, chosen["data"] = self.reader.serve_clip(self.clips, frames, epoch, position, read)
+                self._clip_memo = (key, served, chosen.get("data"))
             except BadImageError as e:
                 self._clip_memo = (key, None, e)
         _, served, data = self._clip_memo
         if served is None:
             raise data
-        return int(served[slot - start]), data[slot - start]
+        t = slot - start
+        if data is None:  # another reader chose: read this frame of the clip it chose (checked as always)
+            return int(served[t]), self.reader.read(int(served[t]), epoch)
+        return int(served[t]), data[t]
 
     def __setstate__(self, state):  # a spawned reader worker unpickling its callback
         self.__dict__.update(state)
