@@ -26,7 +26,8 @@ Measured (``python -m bench.clip_layout --devices cpu --rounds 5``: 640x480 -> 2
 T = 8 frames, DALI 2.4.0 CPU operators, 2 threads, a 2-core machine shared with other jobs): identical
 pixels; B*T samples 284.5 frames/s and 6.67 CPU ms/frame, sequences 269.1 frames/s and 6.93 CPU
 ms/frame: samples 1.06x the frames/s (1.04-1.09x in the calmer runs; 0.84-1.12x while other jobs
-loaded the cores) and 4-5 % less CPU per frame in every run (6.67-6.71 against 6.93-7.06 ms). The
+loaded the cores) and 4-5 % less CPU per frame in every run (6.67-6.71 against 6.93-7.06 ms); on the
+idle machine (default 3 rounds) 294.2 against 270.1 frames/s, 1.09x, 6.67 against 7.07 ms. The
 per-frame work (decode, resize) dominates and costs the same in both; the sequences' fewer operator
 calls save nothing visible, and their extra CPU was not pinned down (stacking after the resize
 rather than before left the gap as it was in two runs: not the full-size copy; the ``T`` decoder
