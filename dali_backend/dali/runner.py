@@ -238,8 +238,7 @@ class _DaliRunner:
         longest = len(os.fsencode(index.root)) + 1 + int(np.diff(index.paths.offsets).max(initial=0))
         # clips under skip: the first reader of a clip chooses its replacement for all (SlotRing.decide)
         self.clip_len = clips.clip_len if clips is not None and on_error == "skip" else None
-        self.ring = SlotRing(4 * self.lookahead * batch_size, note_bytes(dataset.spec, longest, with_params),
-                             locks=self.clip_len is not None)
+        self.ring = SlotRing(4 * self.lookahead * batch_size, note_bytes(dataset.spec, longest, with_params))
         # the dataset's reader: shares its cache
         source = DrawSource(dataset.reader, dataset.spec, on_error, self.ring, with_params, clips)
         # torchrun starts one process per GPU on a node: share the node's cores between them

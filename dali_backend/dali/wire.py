@@ -18,7 +18,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from enum import IntEnum
@@ -65,19 +64,15 @@ PAD_SIZE = (8, 8)
 class SlotRing:
     """A ring of schedule rows in POSIX shared memory (works with fork and spawn workers).
 
-    With ``locks``, beside each row a cell where the first reader of a clip records the sample each of
-    its slots serves (:meth:`decide`), under a byte-range lock of a file in ``/dev/shm`` (``fcntl``
-    record locks: across processes, forked or spawned, released by the kernel if a holder dies)."""
+    Beside each row, a cell where the first reader of a clip records the sample each of its slots
+    serves (:meth:`decide`), under a byte-range lock of the ring's own shared-memory file
+    (``/dev/shm``; ``fcntl`` record locks work across processes, forked or spawned, and the kernel
+    releases them if a holder dies)."""
 
-    def __init__(self, capacity: int, note_bytes: int = 1024, locks: bool = False):
+    def __init__(self, capacity: int, note_bytes: int = 1024):
         self.capacity, self.note_bytes = int(capacity), -(-int(note_bytes) // 64) * 64
         self._shm = shared_memory.SharedMemory(create=True, size=self.capacity * (ROW * 8 + self.note_bytes + 16))
         self._owner = True
-        self.lock_path: str | None = None
-        if locks:
-            shm_dir = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-            fd, self.lock_path = tempfile.mkstemp(prefix="dali-backend-ring-", suffix=".lock", dir=shm_dir)
-            os.close(fd)
         self._lock_fd: tuple[int, int] | None = None  # (pid, fd): record locks belong to a process
         self._views()
         self.rows[:, 0] = -1
@@ -91,11 +86,10 @@ class SlotRing:
                                   offset=self.capacity * (ROW * 8 + self.note_bytes))  # (slot, sample served)
 
     def __getstate__(self):
-        return {"capacity": self.capacity, "note_bytes": self.note_bytes, "name": self._shm.name,
-                "lock_path": self.lock_path}
+        return {"capacity": self.capacity, "note_bytes": self.note_bytes, "name": self._shm.name}
 
     def __setstate__(self, state):
-        self.capacity, self.note_bytes, self.lock_path = state["capacity"], state["note_bytes"], state["lock_path"]
+        self.capacity, self.note_bytes = state["capacity"], state["note_bytes"]
         # Attached, not owned: the creator unlinks it. (Spawned workers share the creator's resource
         # tracker, so the registration this attach makes is the creator's own and must stay.)
         self._shm = shared_memory.SharedMemory(name=state["name"])
@@ -109,7 +103,7 @@ class SlotRing:
         failed, and re-raises); later callers get the record. None: the first caller's choice failed."""
         pid = os.getpid()
         if self._lock_fd is None or self._lock_fd[0] != pid:  # not inherited across fork: one per process
-            self._lock_fd = (pid, os.open(self.lock_path, os.O_RDWR))
+            self._lock_fd = (pid, os.open(f"/dev/shm/{self._shm.name}", os.O_RDWR))  # POSIX shm on Linux
         fd, cells = self._lock_fd[1], [self.decided[s % self.capacity] for s in range(start, start + count)]
         fcntl.lockf(fd, fcntl.LOCK_EX, 1, start % self.capacity)
         try:
@@ -173,8 +167,6 @@ class SlotRing:
             self._shm.close()
             if self._owner:
                 self._shm.unlink()
-                if self.lock_path is not None:
-                    os.unlink(self.lock_path)
         except (FileNotFoundError, BufferError):
             pass
 
