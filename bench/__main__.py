@@ -184,7 +184,8 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
         c = clip_rows[0]
         print(f"clips-*: img/s and cpu s/img count frames: {c['clips_per_batch']} clips x {c['clip_len']} frames per "
               f"batch, a clip every {c['clip_step']} frames of sequences of {SEQUENCE_FRAMES} frames cut from each "
-              f"class; {c['clips_per_epoch']} clips = {c['frames_per_epoch']} frames per epoch ({len(index)} images)")
+              f"class (a remainder joins its last); {c['clips_per_epoch']} clips = {c['frames_per_epoch']} frames per "
+              f"epoch ({len(index)} images)")
     if getattr(args, "breakdown", False):
         from .contenders import stage_breakdown
 
