@@ -305,6 +305,10 @@ def run(args) -> int:
         if len(index) == 0:
             raise IndexBuildError(f"--data {args.data}: no usable images (see the rejected files above); put JPEGs in "
                                   "root/<class>/, or drop --data for synthetic data")
+        if index.shards is not None:  # the contenders other than the loaders open each image as a file
+            raise ConfigError(f"--data {args.data}: a packed index (dali-backend pack); this benchmark's contenders "
+                              "read loose files: pass the index of the folder it was packed from, or measure packed "
+                              "against loose reads with `python -m bench.storage`")
         png = None if args.no_plot else args.png or out_json.with_suffix(".png")
         if not _run_size(index, index.root, out_json, png, args, names, machine):
             return 1

@@ -187,6 +187,8 @@ class _Segments:
                 pos += 1
                 self.ensure(pos + 4)
                 data, size = self.data, self.size
+            if pos >= size - 1:  # fill bytes to the end (erased flash reads as 0xFF)
+                raise _Malformed(f"truncated in the headers (at byte {pos} of {size}, no scan found)")
             marker = data[pos + 1]
             pos += 2
             if marker in _STANDALONE:

@@ -170,7 +170,7 @@ class TorchExecutor:
         self.rows = np.zeros((0, len(Plan)), np.int64)
         self._trim = EveryNth(BATCHES_PER_TRIM)
         self._closed = False
-        self._pass_batches = None  # the running pass's DataLoader iterator
+        self._pass_batches: weakref.ref | None = None  # the running pass's DataLoader iterator
         workers = num_workers > 0
         extra = {"pin_memory_device": pin_memory_device} if pin_memory and pin_memory_device else {}
         self._loader = DataLoader(
@@ -191,7 +191,8 @@ class TorchExecutor:
         while True:
             try:
                 if batches is None:  # inside the try: the start of a pass can meet a worker that died before
-                    batches = self._pass_batches = self._start_pass()
+                    batches = self._start_pass()
+                    self._pass_batches = weakref.ref(batches)  # weak: a pass left by `break` stops its workers
                     if self._closed:  # close() landed while the workers were starting: they must not outlive it
                         self.stop_workers()
                         raise LoaderClosedError("the DaliLoader was closed while this iterator was starting a pass; "
@@ -201,7 +202,6 @@ class TorchExecutor:
                 if self._closed:  # close() from another thread: torch ends the pass it shut down, short
                     raise LoaderClosedError("the DaliLoader was closed while this iterator was waiting for a batch; "
                                             "start a new pass with a new DaliLoader") from None
-                self._pass_batches = None  # done: its workers stopped (or persist in the DataLoader)
                 return
             except (LoaderTimeoutError, LoaderClosedError):
                 raise
@@ -283,7 +283,8 @@ class TorchExecutor:
         whose teardown stalls 5 s per worker); the next pass starts fresh ones."""
         # the DataLoader keeps a persistent iterator itself; a pass without persistent workers has only
         # its own (held here from its start, so that close() from another thread reaches its workers)
-        for it in {id(x): x for x in (getattr(self._loader, "_iterator", None), self._pass_batches)}.values():
+        running = self._pass_batches() if self._pass_batches is not None else None
+        for it in {id(x): x for x in (getattr(self._loader, "_iterator", None), running)}.values():
             if it is not None and hasattr(it, "_shutdown_workers"):
                 it._shutdown_workers()
         self._loader._iterator = self._pass_batches = None

@@ -5,16 +5,23 @@ from a bucket."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import tarfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from conftest import jpeg_bytes, write
 from dali_backend import AugmentSpec, BadImageError, DaliLoader, SampleIndex
 from dali_backend.errors import StaleIndexError
 from dali_backend.storage.pack import pack
 from fallback import ImageDataset
+
+ROOT = Path(__file__).resolve().parents[1]
 
 BACKENDS = {"torch": dict(device="cpu", backend="torch"), "dali-cpu": dict(device="cpu", backend="dali")}
 
@@ -116,3 +123,21 @@ def test_packed_samples_through_the_ram_and_disk_caches(packed, defect_index, tm
         want = ref.load_uint8(i)[0]
         assert np.array_equal(ram.load_uint8(i)[0], want) and np.array_equal(disk.load_uint8(i)[0], want)
     assert len(list((tmp_path / "c").glob("??/*"))) == len(ref)
+
+
+def test_bench_on_a_packed_index_runs_or_is_refused_before_any_contender(tmp_path):
+    """``python -m bench --data DIR/index.npz`` of a packed index is refused before any contender runs (the
+    ceiling, the tutorial and the plain DALI pipeline open each image as a file, which a packed sample
+    is not), as an s3:// --data is (before: the ceiling failed on a missing file and the run went on)."""
+    from dali_backend.storage.pack import pack
+
+    for i in range(4):
+        write(tmp_path / "src" / ("a" if i % 2 else "b") / f"{i}.jpg", jpeg_bytes(seed=i))
+    pack(SampleIndex.from_folder(tmp_path / "src", progress=False), tmp_path / "packed")
+    assert not os.path.exists(SampleIndex.load(tmp_path / "packed" / "index.npz").abspath(0))
+    proc = subprocess.run([sys.executable, "-m", "bench", "--data", str(tmp_path / "packed" / "index.npz"), "--only",
+                           "fallback", "--epochs", "1", "--batch-size", "2", "--workers", "1", "--size", "16x16",
+                           "--no-plot", "--json", str(tmp_path / "b.json")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert "No such file or directory" not in proc.stderr, proc.stderr[-1500:]
+    assert proc.returncode == 2 and "a packed index (dali-backend pack)" in proc.stderr, proc.stderr[-1500:]

@@ -429,8 +429,10 @@ class _DaliRunner:
         bad = tuple(self._bad_draw(int(slot)) for slot in rows[~good, Col.SLOT])
         if bad and self.clip_len is not None:  # whole clips, from the batch's first row on
             per_clip = good[:len(good) // self.clip_len * self.clip_len].reshape(-1, self.clip_len)
-            if (per_clip.any(axis=1) & ~per_clip.all(axis=1)).any():  # part of a clip served: a frame changed
-                self.broken = error = _ClipChanged(bad[0])
+            mixed = np.flatnonzero(per_clip.any(axis=1) & ~per_clip.all(axis=1))
+            if len(mixed):  # part of a clip served: a frame changed; name a bad frame of that clip
+                k = mixed[0] * self.clip_len + int(np.flatnonzero(~per_clip[mixed[0]])[0])
+                self.broken = error = _ClipChanged(self._bad_draw(int(rows[k, Col.SLOT])))
                 raise error
         params = None
         if self.with_params:

@@ -114,8 +114,8 @@ class SlotRing:
             except BaseException:
                 cells[0][1], cells[0][0] = -1, start
                 raise
-            for s, cell, index in zip(range(start, start + count), cells, served.tolist()):
-                cell[1], cell[0] = index, s  # the slot number last: a reader that sees it sees the index
+            for s, cell, index in reversed(list(zip(range(start, start + count), cells, served.tolist()))):
+                cell[1], cell[0] = index, s  # the slot number last, the first slot's cell last: the commit
             return served
         finally:
             fcntl.lockf(fd, fcntl.LOCK_UN, 1, start % self.capacity)
