@@ -222,12 +222,19 @@ class TorchExecutor:
 
     def _in_flight(self) -> int:
         """Batches the DataLoader's workers hold or have finished ahead of this one (0 without workers)."""
-        it = getattr(self._loader, "_iterator", None)
-        return int(getattr(it, "_tasks_outstanding", 0) or 0)
+        return int(getattr(self._running(), "_tasks_outstanding", 0) or 0)
+
+    def _running(self):
+        """The DataLoader iterator of the running pass: the DataLoader's own (persistent workers), else
+        the one this pass started (held weakly), else None."""
+        it = getattr(self._loader, "_iterator", None)  # not `or`: an iterator's truth is its len()
+        if it is None and self._pass_batches is not None:
+            it = self._pass_batches()
+        return it
 
     def worker_pids(self) -> list[int]:
         """The pids of the DataLoader's live worker processes (empty without workers or between passes)."""
-        it = getattr(self._loader, "_iterator", None)
+        it = self._running()
         return [w.pid for w in getattr(it, "_workers", None) or [] if w.pid is not None and w.is_alive()]
 
     def _start_pass(self):
@@ -265,7 +272,7 @@ class TorchExecutor:
 
     def _worker_died(self, error: BaseException) -> LoaderWorkerError:
         """The clear error for a DataLoader worker that died, whichever way torch noticed it."""
-        it = getattr(self._loader, "_iterator", None)
+        it = self._running()
         workers = list(getattr(it, "_workers", []) or [])
         deadline = time.monotonic() + 2.0
         dead = []

@@ -59,3 +59,19 @@ def test_close_from_another_thread_during_iteration_ends_the_pass(defect_root, p
     timer.join()
     assert time.monotonic() - t0 < 10
     assert not _children() - before
+
+
+def test_worker_pids_of_a_pass_without_persistent_workers(defect_root):
+    """The telemetry's worker figures and a dead worker's pid come from the running pass's workers, also
+    when they are not persistent (the DataLoader then keeps no iterator of its own)."""
+    index = SampleIndex.from_folder(defect_root, progress=False)
+    loader = DaliLoader(ImageDataset(index, AugmentSpec(size=16)), batch_size=2, num_workers=2,
+                        persistent_workers=False, backend="torch", device="cpu")
+    try:
+        before = _children()
+        it = iter(loader)
+        next(it)
+        pids = loader._executor.worker_pids()
+        assert len(pids) == 2 and set(pids) == _children() - before
+    finally:
+        loader.close()
