@@ -21,7 +21,6 @@ DIFF_GAIN = 16  # the preview's difference column shows |fallback - DALI| multip
 
 def save_preview(images, labels, classes, spec, path: Path, columns: int = 8) -> None:
     """Write a PNG grid of a batch (denormalised), each tile labelled with its class."""
-    import cv2
     import numpy as np
 
     x = images.detach().cpu().float().numpy()
@@ -37,8 +36,7 @@ def save_preview(images, labels, classes, spec, path: Path, columns: int = 8) ->
         r, c = divmod(i, columns)
         tile = np.ascontiguousarray(x[i])
         grid[r * (h + 18) + 18:(r + 1) * (h + 18), c * w:(c + 1) * w] = tile
-        cv2.putText(grid, classes[int(labels[i])], (c * w + 3, r * (h + 18) + 13), cv2.FONT_HERSHEY_SIMPLEX, 0.45,
-                    (255, 255, 255), 1, cv2.LINE_AA)
+        _text(grid, classes[int(labels[i])], c * w + 3, r * (h + 18) + 13, w - 6, 0.45, (255, 255, 255))
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_image(path, grid)
 
@@ -58,13 +56,19 @@ def _write_image(path: Path, img) -> None:
     write_atomic(path, lambda f: f.write(data.tobytes()), "preview image")
 
 
-def _text(img, text: str, x: int, y: int, max_width: int, scale: float = 0.5) -> None:
-    """Black text at (x, y), shrunk until it fits in ``max_width`` pixels."""
+def _text(img, text: str, x: int, y: int, max_width: int, scale: float = 0.5, color=(0, 0, 0)) -> None:
+    """Text at (x, y), shrunk until it fits in ``max_width`` pixels, then cut (ending in ``.``) if it
+    still does not: a caption never runs into its neighbour's."""
     import cv2
 
-    while scale > 0.3 and cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, scale, 1)[0][0] > max_width:
+    def width(t: str) -> int:
+        return cv2.getTextSize(t, cv2.FONT_HERSHEY_SIMPLEX, scale, 1)[0][0]
+
+    while scale > 0.3 and width(text) > max_width:
         scale -= 0.05
-    cv2.putText(img, text, (x, y), cv2.FONT_HERSHEY_SIMPLEX, scale, (0, 0, 0), 1, cv2.LINE_AA)
+    while len(text) > 1 and width(text) > max_width:
+        text = text[:-2] + "." if len(text) > 2 else text[:1]
+    cv2.putText(img, text, (x, y), cv2.FONT_HERSHEY_SIMPLEX, scale, color, 1, cv2.LINE_AA)
 
 
 def _histogram(classes, counts, width: int, height: int):

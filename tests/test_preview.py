@@ -43,3 +43,17 @@ def test_crop_windows_stop_at_operations_that_are_not_rectangles_of_the_original
     windows = crop_windows(spec, spec.make_params(0, 0, 0, (64, 64)), (64, 64))
     assert [w for _, w in windows] == [(12.0, 12.0, 40.0, 40.0), (22.0, 22.0, 20.0, 20.0)]  # an identity flip is no stop
     assert np.isclose(sum(w[2] for _, w in windows), 60.0)
+
+
+def test_captions_fit_their_tile_at_small_sizes():
+    """A caption is shrunk, then cut (ending in '.'), to stay within its width: at --size 64 the
+    labels no longer run into the next tile."""
+    import numpy as np
+
+    from dali_backend.pictures import _text
+
+    for width in (200, 60, 24):
+        img = np.zeros((20, 400, 3), np.uint8)
+        _text(img, "normal normal/normal_00009.jpg RandomResizedCrop", 0, 15, width, 0.5, (255, 255, 255))
+        columns = np.flatnonzero(img.max(axis=(0, 2)) > 0)
+        assert columns.max() < width + 2, (width, columns.max())  # anti-aliasing may touch one pixel more
