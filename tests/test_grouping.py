@@ -300,3 +300,17 @@ def test_a_float_number_of_groups_is_refused_not_taken_for_an_edge(tmp_path, gro
     with pytest.raises(ConfigError, match=r"number of groups as an int .* as a list"):
         AspectGroupedSampler(WeightedSampler(index), 4, groups=groups)
     assert AspectGroupedSampler(WeightedSampler(index), 4, groups=[2.0]).edges.tolist() == [2.0]
+
+
+def test_every_attribute_of_the_wrapped_sampler_is_shared(index):
+    """AspectGroupedSampler is a view: it reads and writes the WeightedSampler's state through properties.
+    A state attribute WeightedSampler gains later must be shared too, or the view would silently keep a
+    stale copy (set_epoch on one not seen by the other)."""
+    inner = weighted(index)
+    inner.set_epoch(3)  # attributes set lazily too
+    view = AspectGroupedSampler(inner, B)
+    shared = {name for name, v in vars(AspectGroupedSampler).items() if isinstance(v, property)}
+    missing = set(vars(inner)) - shared
+    assert not missing, f"WeightedSampler state not shared by AspectGroupedSampler: {sorted(missing)}"
+    view.set_epoch(5)
+    assert inner.epoch == 5 and view.epoch == 5
