@@ -110,13 +110,7 @@ def manifest_candidates(path: str | os.PathLike, root: str | os.PathLike | None,
                 outside.append(f"{where}: {rel!r} -> {real}")
                 continue
             rel_norm = normalised[written] = _norm_rel(os.path.relpath(os.path.abspath(full), root_abs))
-        if rel_norm in seen:
-            first_where, first_label = seen[rel_norm]
-            what = "conflicting label " + repr(label) + " vs " + repr(first_label) if label != first_label else "duplicate"
-            cand.rejected.append(Rejected(rel_norm, f"{what}: listed again at {where} (first at {first_where})"))
-            continue
-        seen[rel_norm] = (where, label)
-        entries.append((rel_norm, label))
+        cand.listed(seen, entries, rel_norm, label, where)
     if outside:
         shown = _capped(outside)
         raise ManifestError(f"{mpath}: {_count(len(outside), 'entry resolves', 'entries resolve')} outside the root "

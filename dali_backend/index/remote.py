@@ -153,13 +153,7 @@ def manifest_candidates(path: str | Path, url: str, split: str | None, classes: 
         if rel is None:
             outside.append(f"{where}: {written!r}")
             continue
-        if rel in seen:
-            first_where, first_label = seen[rel]
-            what = "conflicting label " + repr(label) + " vs " + repr(first_label) if label != first_label else "duplicate"
-            cand.rejected.append(Rejected(rel, f"{what}: listed again at {where} (first at {first_where})"))
-            continue
-        seen[rel] = (where, label)
-        entries.append((rel, label))
+        cand.listed(seen, entries, rel, label, where)
     if outside:
         raise ManifestError(f"{mpath}: {_count(len(outside), 'entry leaves', 'entries leave')} the root {bucket.root!r} "
                             f"({_capped(outside)}); paths must be relative to it, without '..' above it. Remove "

@@ -40,6 +40,17 @@ class _Candidates:
     extensions: Counter = field(default_factory=Counter)  # non-JPEG files by extension, for error messages
     ignored_files: list[Rejected] = field(default_factory=list)  # (path, kind) of every ignored entry
 
+    def listed(self, seen: dict, entries: list, rel: str, label, where: str) -> None:
+        """A manifest row naming ``rel`` with ``label`` at ``where``: kept in ``entries`` the first time
+        (``seen`` remembers where), rejected as a duplicate or a conflicting label after that."""
+        if rel in seen:
+            first_where, first_label = seen[rel]
+            what = "conflicting label " + repr(label) + " vs " + repr(first_label) if label != first_label else "duplicate"
+            self.rejected.append(Rejected(rel, f"{what}: listed again at {where} (first at {first_where})"))
+            return
+        seen[rel] = (where, label)
+        entries.append((rel, label))
+
     def ignore(self, name: str, rel: str) -> None:
         """Count and record a non-sample entry ``name`` at ``rel`` (hidden, ``._*``, other extension);
         package files are skipped."""
