@@ -122,10 +122,14 @@ def test_split_layouts_keywords_and_refused_objects_in_a_bucket(s3, tmp_path):
 def test_a_manifest_relative_to_a_url_root(s3, s3_defects, defect_index, tmp_path):
     rows = [(defect_index.paths[i], defect_index.classes[defect_index.labels[i]]) for i in range(0, 60, 7)]
     csv = tmp_path / "m.csv"
-    csv.write_text("path,label\n" + "".join(f"{p},{c}\n" for p, c in rows + [("normal/absent.jpg", "normal")]))
+    again = [rows[0], (rows[1][0], "dent" if rows[1][1] != "dent" else "normal")]  # a duplicate, a conflicting label
+    csv.write_text("path,label\n" + "".join(f"{p},{c}\n" for p, c in rows + again + [("normal/absent.jpg", "normal")]))
     index = SampleIndex.from_manifest(csv, root=s3_defects, progress=False)
     assert list(index.paths) == [p for p, _ in rows]
-    assert [r.path for r in index.rejected] == ["normal/absent.jpg"] and index.rejected[0].reason == "missing file"
+    reasons = {r.path: r.reason for r in index.rejected}
+    assert reasons["normal/absent.jpg"] == "missing file" and len(reasons) == 3
+    assert reasons[rows[0][0]].startswith("duplicate: listed again at")
+    assert reasons[rows[1][0]].startswith("conflicting label") and "listed again at" in reasons[rows[1][0]]
     csv.write_text("path,label\n../other/x.jpg,normal\n")
     with pytest.raises(ManifestError, match="leaves the root"):
         SampleIndex.from_manifest(csv, root=s3_defects, progress=False)
