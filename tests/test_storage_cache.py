@@ -19,7 +19,7 @@ import torch
 from conftest import jpeg_bytes, write
 from dali_backend import AugmentSpec, DaliLoader, SampleIndex, WeightedSampler
 from dali_backend.errors import BadImageError, ConfigError
-from dali_backend.storage.cache import DiskCache
+from dali_backend.storage.cache import TRAILER, DiskCache
 from fallback import ImageDataset
 
 BACKENDS = {"torch": dict(device="cpu", backend="torch"), "dali-cpu": dict(device="cpu", backend="dali")}
@@ -53,7 +53,7 @@ def test_fill_then_warm_reads_give_the_same_bytes_and_work_offline(s3, s3_defect
     reference = images(ImageDataset(defect_index, AugmentSpec(size=24)))
     assert all(np.array_equal(a, b) for a, b in zip(images(cold), reference))
     held = entries(cache)
-    assert len(held) == len(index) and sum(p.stat().st_size for p in held) == int(index.sizes.sum())
+    assert len(held) == len(index) and sum(p.stat().st_size for p in held) == int(index.sizes.sum()) + TRAILER * len(index)
     private_proxy.stats(reset=True)
     warm = ImageDataset(index, AugmentSpec(size=24), cache_dir=cache)
     assert all(np.array_equal(a, b) for a, b in zip(images(warm), reference))
@@ -102,12 +102,12 @@ def test_an_overwritten_object_never_hits_its_old_entry(s3, tmp_path):
 
 
 def test_the_cache_stays_under_its_limit_least_recently_used_first(tmp_path, defect_index):
-    cache = DiskCache(tmp_path / "c", limit_bytes=10_000)
+    cache = DiskCache(tmp_path / "c", limit_bytes=10 * (1000 + TRAILER))
     blobs = {f"s3://b/{k}.jpg": bytes([k]) * 1000 for k in range(13)}
     names = list(blobs)
     for name in names[:9]:  # 9 KB: under the limit
         cache.put(name, '"e"', blobs[name])
-    assert cache.total_bytes() == 9000
+    assert cache.total_bytes() == 9 * (1000 + TRAILER)
     old = time.time() - 3600
     for k, name in enumerate(names[:9]):  # written an hour ago, in this order (a hit refreshes an entry older
         path = cache.entry(name, '"e"', 1000)  # than LRU_RESOLUTION_S)
@@ -115,7 +115,7 @@ def test_the_cache_stays_under_its_limit_least_recently_used_first(tmp_path, def
     assert cache.get(names[0], '"e"', 1000) == blobs[names[0]]  # used again: the most recent now
     for name in names[9:]:
         cache.put(name, '"e"', blobs[name])
-    assert cache.total_bytes() <= 10_000
+    assert cache.total_bytes() <= 10 * (1000 + TRAILER)
     assert cache.get(names[0], '"e"', 1000) == blobs[names[0]] and cache.get(names[-1], '"e"', 1000) is not None
     assert cache.get(names[1], '"e"', 1000) is None  # the least recently used went first
     with pytest.raises(ConfigError, match="cache_limit_bytes=0"):

@@ -4,13 +4,20 @@ Each entry is one file named by a hash of (URL or path, ETag or mtime, size), so
 overwritten since indexing never hits the entry of its old version, and an entry's expected size is
 known before it is opened. The rules that keep it safe without a lock held across processes:
 
-* **Atomic fill**: bytes are written to a temporary file in the cache's ``tmp/`` folder (same file
-  system), then renamed onto the entry's name; a reader sees no entry or a whole one. A process
-  killed during a fill (``kill -9``) leaves only a temporary file, which the next
-  :class:`DiskCache` removes when its process is gone (or after :data:`STALE_TEMP_S`).
-* **Verified on read**: an entry whose size is not the indexed size (truncated by a crash of the
-  machine, or edited) is deleted and refetched, never decoded. The reader's JPEG checks then run on
-  the bytes as on any read.
+* **Atomic, durable fill**: an entry holds the sample's bytes and a trailer of :data:`TRAILER` bytes
+  (:data:`MAGIC` and the SHA-256 of the bytes). It is written to a temporary file in the cache's
+  ``tmp/`` folder (same file system), ``fsync``'d, then renamed onto the entry's name (and the folder
+  ``fsync``'d): a reader sees no entry or a whole one, and a power loss after the rename cannot leave
+  an entry whose data never reached the disk. A process killed during a fill (``kill -9``) leaves only
+  a temporary file, which the next :class:`DiskCache` removes when its process is gone (or after
+  :data:`STALE_TEMP_S`).
+* **Verified on read, damage is a miss**: only a regular file is opened (non-blocking, type checked
+  on the open descriptor: a FIFO or a directory in place of an entry never blocks a read); it must
+  hold exactly the indexed size plus the trailer, and the bytes must hash to the trailer's digest.
+  Anything else (truncated, one byte longer, zeroed blocks after a power loss, a FIFO, a directory,
+  an entry of an older layout) is a cache miss: the entry is removed, logged, and the sample fetched
+  again from its source, never decoded and never blamed on the object. The reader's checks then run
+  on the bytes as on any read.
 * **Bounded, LRU**: a hit sets the entry's mtime (``os.utime``: access times are often not kept,
   ``noatime``/``relatime``), at most once per :data:`LRU_RESOLUTION_S`; when a process estimates the cache is over ``limit_bytes`` it lists the
   folder and deletes the least recently used entries down to 90 % of the limit. Each process
@@ -29,15 +36,42 @@ import hashlib
 import logging
 import os
 import secrets
+import shutil
+import stat
 import time
 
 from ..errors import ConfigError
 
 log = logging.getLogger("dali_backend")
 
-STALE_TEMP_S = 3600.0
-LRU_RESOLUTION_S = 60.0  # a hit refreshes an entry's mtime only when it is older than this (one write less per read)  # a temporary file this old is removed even if its process id is in use again
+STALE_TEMP_S = 3600.0  # a temporary file this old is removed even if its process id is in use again
+LRU_RESOLUTION_S = 60.0  # a hit refreshes an entry's mtime only when it is older than this (one write less per read)
+EVICT_TO = 0.9  # eviction deletes down to this fraction of the limit
+RELIST_FRACTION = 8  # a process lists the folder again after writing 1/RELIST_FRACTION of the limit
+MAGIC = b"DBC1"  # an entry's trailer: MAGIC, then the SHA-256 of the sample's bytes
+TRAILER = len(MAGIC) + hashlib.sha256().digest_size
 _SUFFIX = ".part"
+
+
+def entry_damage(data: bytes, size: int) -> str | None:
+    """Why the bytes read from an entry are not the ``size``-byte sample followed by its trailer, or None."""
+    if len(data) != size + TRAILER:
+        return f"holds {len(data)} bytes, not {size} and a {TRAILER}-byte trailer"
+    if data[size:size + len(MAGIC)] != MAGIC:
+        return "has no valid trailer (damaged, or of an older layout)"
+    if hashlib.sha256(memoryview(data)[:size]).digest() != data[size + len(MAGIC):]:
+        return "does not match its checksum (damaged: e.g. zeroed blocks after a power loss)"
+    return None
+
+
+def _fsync_dir(folder: str) -> None:
+    """Make a rename in ``folder`` durable (where the system allows opening a folder)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -89,23 +123,44 @@ class DiskCache:
 
     # ------------------------------------------------------------------------------ reading and filling
     def get(self, name: str, version: str, size: int) -> bytes | None:
-        """The entry's bytes, or None (absent, or the wrong size: then it is deleted, to be refetched)."""
+        """The entry's bytes, or None: absent, or damaged (see the module docstring: then it is removed,
+        to be fetched again)."""
         path = self.entry(name, version, size)
         try:
-            with open(path, "rb") as f:
-                mtime = os.fstat(f.fileno()).st_mtime
-                data = f.read(int(size) + 1)
-        except OSError:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
             return None
-        if len(data) != size:
-            log.warning("cache entry of %s holds %d bytes, not %d: removed, fetching again", name, len(data), size)
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-            return None
-        if time.time() - mtime > LRU_RESOLUTION_S:
+        except OSError as e:  # a directory (on some systems), permissions: not an entry to use
+            return self._drop(path, name, f"cannot be opened ({e.strerror or e})")
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode) \
+                    else "not a regular file"
+                return self._drop(path, name, f"is {kind}")
+            with os.fdopen(os.dup(fd), "rb") as f:
+                data = f.read(int(size) + TRAILER + 1)
+        except OSError as e:
+            return self._drop(path, name, f"cannot be read ({e.strerror or e})")
+        finally:
+            os.close(fd)
+        reason = entry_damage(data, int(size))
+        if reason:
+            return self._drop(path, name, reason)
+        if time.time() - st.st_mtime > LRU_RESOLUTION_S:
             with contextlib.suppress(OSError):
                 os.utime(path)  # last use, for the LRU order
-        return data
+        return data[:int(size)]
+
+    def _drop(self, path: str, name: str, reason: str) -> None:
+        """Remove a damaged entry (whatever it is: a FIFO or a folder too) and log why: a cache miss."""
+        log.warning("cache entry of %s %s: removed, fetching again", name, reason)
+        with contextlib.suppress(OSError):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        return None
 
     def put(self, name: str, version: str, data: bytes) -> None:
         """Store ``data`` as the entry of (``name``, ``version``, ``len(data)``): atomic, never fails the
@@ -116,8 +171,12 @@ class DiskCache:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(tmp, "xb") as f:
                 f.write(data)
+                f.write(MAGIC + hashlib.sha256(data).digest())
+                f.flush()
+                os.fsync(f.fileno())  # the data on disk before the name points at it (power loss)
             os.replace(tmp, path)
             tmp = None
+            _fsync_dir(os.path.dirname(path))
         except OSError as e:
             if not getattr(self, "_warned", False):
                 self._warned = True
@@ -128,9 +187,9 @@ class DiskCache:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
         if self.limit:
-            self._written += len(data)
-            self._estimate += len(data)
-            if self._estimate > self.limit or self._written > self.limit // 8:
+            self._written += len(data) + TRAILER
+            self._estimate += len(data) + TRAILER
+            if self._estimate > self.limit or self._written > self.limit // RELIST_FRACTION:
                 self.evict()
 
     # ------------------------------------------------------------------------------ housekeeping
@@ -158,7 +217,7 @@ class DiskCache:
         total = sum(size for _, size, _ in entries)
         removed = 0
         if self.limit and total > self.limit:
-            target = int(self.limit * 0.9)
+            target = int(self.limit * EVICT_TO)
             for _, size, path in sorted(entries):
                 if total <= target:
                     break
