@@ -117,19 +117,22 @@ class Proxy(_Process):
         with urllib.request.urlopen(req, timeout=10) as r:
             return json.loads(r.read() or b"{}")
 
-    def configure(self, latency_ms: float = 0.0, faults: list[dict] | None = None) -> None:
+    def configure(self, latency_ms: float = 0.0, faults: list[dict] | None = None,
+                  drop_headers: list[str] | None = None) -> None:
         """Set the latency added to every request and the fault rules (replacing the previous ones).
 
         A fault rule: ``{"match": substring of the request path ("" for all), "method": "GET" (optional),
         "status": 503, "code": "SlowDown" (S3 error code in the XML body), "count": n (how many matching
         requests it answers; default unlimited), "action": "status" | "hang" | "drop" (hang: answer after
         ``hang_s``; drop: close the connection without an answer)}``. The first rule with requests left
-        answers; other requests go upstream.
+        answers; other requests go upstream. ``drop_headers``: request headers removed before they go
+        upstream (``["If-Match"]``: a gateway that ignores conditional requests).
         """
-        self._call("PUT", "config", {"latency_ms": latency_ms, "faults": faults or []})
+        self._call("PUT", "config", {"latency_ms": latency_ms, "faults": faults or [], "drop_headers": drop_headers or []})
 
     def stats(self, reset: bool = False) -> dict:
-        """``{"requests": {method: n}, "bytes": {method: body bytes returned}, "faults": n}``."""
+        """``{"requests": {method: n}, "bytes": {method: body bytes returned}, "faults": n, "if_match": {method:
+        requests that carried an If-Match header}}``."""
         return self._call("POST" if reset else "GET", "stats", {} if reset else None)
 
 
@@ -138,8 +141,9 @@ class _State:
     def __init__(self, upstream: str, latency_ms: float):
         self.upstream = upstream.split("://", 1)[1].rstrip("/")
         self.lock = threading.Lock()
-        self.latency_ms, self.faults = latency_ms, []
+        self.latency_ms, self.faults, self.drop_headers = latency_ms, [], frozenset()
         self.requests: dict[str, int] = {}
+        self.if_match: dict[str, int] = {}
         self.bytes: dict[str, int] = {}
         self.faulted = 0
         self.local = threading.local()
@@ -158,9 +162,10 @@ class _State:
                 return rule
         return None
 
-    def count(self, method: str, nbytes: int) -> None:
+    def count(self, method: str, nbytes: int, if_match: bool = False) -> None:
         with self.lock:
             self.requests[method] = self.requests.get(method, 0) + 1
+            self.if_match[method] = self.if_match.get(method, 0) + int(if_match)
             self.bytes[method] = self.bytes.get(method, 0) + nbytes
 
     def connection(self) -> http.client.HTTPConnection:
@@ -184,12 +189,14 @@ def _handler(state: _State):
                 with state.lock:
                     state.latency_ms = float(cfg.get("latency_ms", 0.0))
                     state.faults = list(cfg.get("faults", []))
+                    state.drop_headers = frozenset(h.lower() for h in cfg.get("drop_headers", []))
                 out = {}
             elif name == "stats":
                 with state.lock:
-                    out = {"requests": dict(state.requests), "bytes": dict(state.bytes), "faults": state.faulted}
+                    out = {"requests": dict(state.requests), "bytes": dict(state.bytes), "faults": state.faulted,
+                           "if_match": dict(state.if_match)}
                     if self.command == "POST":
-                        state.requests, state.bytes, state.faulted = {}, {}, 0
+                        state.requests, state.bytes, state.faulted, state.if_match = {}, {}, 0, {}
             else:
                 self.send_error(404)
                 return
@@ -230,7 +237,9 @@ def _handler(state: _State):
                 if self.command != "HEAD":
                     self.wfile.write(data)
                 return
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "keep-alive")}
+            if_match = "If-Match" in self.headers
+            headers = {k: v for k, v in self.headers.items()
+                       if k.lower() not in ("connection", "keep-alive") and k.lower() not in state.drop_headers}
             for attempt in range(2):  # a kept-alive upstream connection may have been closed by the server
                 conn = state.connection()
                 try:
@@ -246,7 +255,7 @@ def _handler(state: _State):
                         with contextlib.suppress(OSError):
                             self.connection.shutdown(socket.SHUT_RDWR)
                         return
-            state.count(self.command, len(data))
+            state.count(self.command, len(data), if_match)
             self.send_response(resp.status, resp.reason)
             for k, v in resp.getheaders():
                 if k.lower() not in ("transfer-encoding", "connection", "content-length", "keep-alive", "date",

@@ -90,7 +90,12 @@ class ObjectMissing(StorageError):
 
 
 class ObjectChanged(StorageError):
-    """The object's ETag differs from the one asked for (HTTP 412): it was overwritten."""
+    """The object's ETag differs from the one asked for (HTTP 412, or the response's ETag): it was overwritten."""
+
+
+class Unreachable(StorageError):
+    """Only transient failures (throttling, 5xx, timeouts, lost connections) for the whole retry budget: the
+    object may be fine, the store did not answer. Never a verdict on its content."""
 
 
 def check_options(storage_options: Mapping | None) -> dict:
@@ -242,7 +247,8 @@ class Bucket:
                     hint = ("; check the endpoint (AWS_ENDPOINT_URL) and that the server is up" if status is None
                             and retryable else "; check the credentials and the bucket policy" if status in (401, 403)
                             else "; the bucket does not exist: check the URL" if "NoSuchBucket" in reason else "")
-                    raise StorageError(f"{self.url(rel)}: {what} failed{tries}: {reason}{hint}") from None
+                    kind = Unreachable if retryable else StorageError
+                    raise kind(f"{self.url(rel)}: {what} failed{tries}: {reason}{hint}") from None
                 wait = _jitter.uniform(0, min(cap, delay * 2 ** attempt))
                 log.debug("%s: %s failed (%s); retry %d of %d in %.2f s", self.url(rel), what, reason, attempt + 1,
                           self.retries, wait)
@@ -272,8 +278,9 @@ class Bucket:
             end: int | None = None) -> tuple[bytes, ObjectInfo]:
         """``(bytes, what the response says of the object)``: the whole object, or bytes ``[start, end)``.
 
-        With ``etag`` the request is conditional (``If-Match``): an object overwritten since is
-        :class:`ObjectChanged`, never read. A body cut short (connection lost) is retried.
+        With ``etag`` the request is conditional (``If-Match``) and the response's ETag is compared with
+        it too (a store or gateway may ignore ``If-Match``): an object overwritten since is
+        :class:`ObjectChanged`, never served. A body cut short (connection lost) is retried.
         """
         args = {"Bucket": self.bucket, "Key": urls.key(self.prefix, rel)}
         if etag:
@@ -283,6 +290,10 @@ class Bucket:
 
         def fetch(client):
             r = client.get_object(**args)
+            got = r.get("ETag") or ""
+            if etag and got and _strong(got) != _strong(etag):  # If-Match ignored on the way
+                raise ObjectChanged(f"{self.url(rel)}: the object changed since indexing (ETag {etag} asked, "
+                                    f"{got} served)")
             data = r["Body"].read()  # botocore checks the length: a body cut short raises, and is retried
             return data, r
 
@@ -292,6 +303,11 @@ class Bucket:
         if m:
             total = int(m.group(1))
         return data, ObjectInfo(rel, total, r.get("ETag") or "", _ns(r.get("LastModified")))
+
+
+def _strong(etag: str) -> str:
+    """An ETag without its weak marker (``W/"x"`` -> ``"x"``): the value the two sides must agree on."""
+    return etag[2:] if etag.startswith("W/") else etag
 
 
 def _ns(when) -> int:

@@ -1,0 +1,63 @@
+"""A served sample is the indexed version (issue 32, cases 1-2): objects and shards overwritten at the same
+size, a store or gateway that ignores ``If-Match``, on both backends. Local S3 server (moto) behind the
+fault proxy of bench/s3local.py, as tests/test_storage.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import KINDS, jpeg_bytes, write
+from dali_backend import AugmentSpec, BadImageError, DaliLoader, SampleIndex
+from fallback import ImageDataset
+from test_storage import put, upload
+
+
+def same_size_edit(data: bytes) -> bytes:
+    """``data`` with one byte of its entropy data changed: the same size and headers, another ETag."""
+    b = bytearray(data)
+    p = len(b) // 2 + next(k for k in range(64) if b[len(b) // 2 + k - 1] != 0xFF and b[len(b) // 2 + k] not in
+                          (0xFE, 0xFF))
+    b[p] ^= 0x01
+    assert len(b) == len(data) and b != bytearray(data)
+    return bytes(b)
+
+
+def two_classes(root, n: int = 4, **jpeg):
+    for cls in ("a", "b"):
+        for k in range(n):
+            write(root / cls / f"{k}.jpg", jpeg_bytes(seed=k + (10 if cls == "b" else 0), **jpeg))
+
+
+def passes(index, kind: str, on_error: str = "raise"):
+    """``(served indices, stats)`` of one pass over ``index``; raises what the loader raises."""
+    loader = DaliLoader(ImageDataset(index, AugmentSpec(size=16), on_error=on_error), batch_size=4,
+                        return_meta=True, timeout=60, **KINDS[kind])
+    try:
+        served = [int(s) for _, _, m in loader for s in m["index"]]
+        return served, loader.stats()
+    finally:
+        loader.close()
+
+
+@pytest.mark.parametrize("ignore_if_match", [False, True], ids=["store", "gateway-ignoring-If-Match"])
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_an_object_overwritten_at_the_same_size_is_never_served(s3, tmp_path, kind, ignore_if_match):
+    two_classes(tmp_path / "d")
+    url = upload(s3, tmp_path / "d", f"same-size-{kind}-{int(ignore_if_match)}")
+    index = SampleIndex.from_folder(url, progress=False)
+    victim = list(index.paths).index("b/2.jpg")
+    original = s3.client.get_object(Bucket=url[5:], Key="b/2.jpg")["Body"].read()
+    put(s3, f"{url}/b/2.jpg", same_size_edit(original))  # only the ETag gives it away
+    s3.proxy.configure(drop_headers=["If-Match"] if ignore_if_match else [])
+    s3.proxy.stats(reset=True)
+    try:
+        with pytest.raises(BadImageError) as e:
+            passes(index, kind)
+        stats = s3.proxy.stats()
+        served, loader_stats = passes(index, kind, on_error="skip")
+    finally:
+        s3.proxy.configure()
+    assert e.value.path == f"{url}/b/2.jpg" and e.value.index == victim and "changed" in e.value.reason
+    assert stats["requests"].get("GET", 0) > 0
+    assert stats["if_match"]["GET"] == stats["requests"]["GET"]  # every read is conditional on the indexed ETag
+    assert victim not in served and len(served) == len(index) and loader_stats["skipped"] == 1
