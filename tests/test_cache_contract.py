@@ -17,8 +17,7 @@ import pytest
 from conftest import KINDS, jpeg_bytes, write
 from dali_backend import AugmentSpec, DaliLoader, SampleIndex
 from dali_backend.storage import cache as cache_mod
-from dali_backend.storage.cache import LRU_RESOLUTION_S, STALE_TEMP_S, DiskCache
-TRAILER = 0
+from dali_backend.storage.cache import LRU_RESOLUTION_S, STALE_TEMP_S, TRAILER, DiskCache
 from fallback import ImageDataset
 
 NAME, VERSION = "s3://b/a/1.jpg", '"etag"'
