@@ -389,16 +389,27 @@ def read_frame_header(data: bytes | memoryview) -> FrameHeader | None:
     return None if frame is None else FrameHeader(*frame, tuple(orientations))
 
 
-def header_refusal(data: bytes | memoryview) -> str | None:
+def header_refusal(data: bytes | memoryview, indexed: tuple[int, int] | None = None) -> str | None:
     """Why the decoders cannot read ``data`` alike, judged from its headers (frame type, precision,
     components, EXIF orientations: what :func:`check_jpeg` refuses besides the marker structure and
     the size), or None. For bytes served at run time: a file may have changed since it was indexed.
+
+    Args:
+        data: the encoded bytes.
+        indexed: ``(width, height)`` of the frame header as indexed (``0`` for either: not recorded,
+            not compared); a frame of another size is not the indexed image, whatever its bytes' size.
     """
     header = read_frame_header(data)
     if header is None:
         return "no frame header (SOF marker) before the scan data"
-    return (frame_refusal(header.marker, header.precision, header.components)
-            or orientation_refusal(header.orientations))
+    refusal = frame_refusal(header.marker, header.precision, header.components) \
+        or orientation_refusal(header.orientations)
+    if refusal or indexed is None or not (indexed[0] and indexed[1]):
+        return refusal
+    if (header.width, header.height) != (int(indexed[0]), int(indexed[1])):
+        return (f"not the indexed image (changed since indexing): its frame header says {header.width}x"
+                f"{header.height}, the index {int(indexed[0])}x{int(indexed[1])}")
+    return None
 
 
 def decoded_size(data: bytes | memoryview) -> tuple[int, int] | None:

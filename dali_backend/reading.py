@@ -195,12 +195,14 @@ class SampleReader:
     def __init__(self, root: str, path_data: NDArray[np.uint8], path_offsets: NDArray[np.int64],
                  labels: NDArray[np.int64], sizes: NDArray[np.int64], seed: int, cache: EncodedCache | None = None,
                  bucket=None, etags=None, mtimes: NDArray[np.int64] | None = None, disk: DiskCache | None = None,
-                 shards=None):
+                 shards=None, frames: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None):
         self.root, self.path_data, self.path_offsets = root, path_data, path_offsets
         self.labels, self.sizes, self.seed, self.cache = labels, sizes, int(seed), cache
         self.bucket, self.etags, self.mtimes, self.disk = bucket, etags, mtimes, disk
         self.shards = shards  # index.shards: packed samples, each one range of a shard
+        self.frames = frames  # (widths, heights) of the indexed frame headers: a served one must match
         self.refused: dict[int, str] = {}
+        self._shard_etags: dict[int, str] = {}  # a bucket's shards: the ETag first served, where none was listed
         self._ahead_pid: int | None = None
         self._pool = None
         self._ahead: dict = {}
@@ -242,7 +244,7 @@ class SampleReader:
         if cache_dir is None and cache_limit_bytes is not None:
             raise ConfigError("cache_limit_bytes bounds the disk cache: pass cache_dir= too (a folder on a local disk)")
         reader = cls(index.root, index.paths.data, index.paths.offsets, index.labels, index.sizes, seed, None,
-                     index.bucket(), index.etags, index.mtimes, disk, index.shards)
+                     index.bucket(), index.etags, index.mtimes, disk, index.shards, (index.widths, index.heights))
         if cache:
             fetch = None
             if reader.bucket is not None or reader.shards is not None:
@@ -265,7 +267,7 @@ class SampleReader:
         """What identifies the indexed version of sample ``i`` in the disk cache: its ETag, or its mtime."""
         if self.shards is not None:
             sid = int(self.shards.ids[i])
-            return f"shard:{self.shards.sizes[sid]}:{int(self.shards.offsets[i])}"
+            return f"shard:{self.shards.version(sid)}:{int(self.shards.offsets[i])}"
         if self.etags is not None and self.etags[i]:
             return self.etags[i]
         return f"mtime:{int(self.mtimes[i])}" if self.mtimes is not None else ""
@@ -278,13 +280,16 @@ class SampleReader:
         if self.disk is not None:
             data = self.disk.get(name, version, int(self.sizes[i]))
             if data is not None:
-                return data, None
+                wrong = self.problem(i, data)
+                if wrong is None:
+                    return data, None
+                self.disk.drop(name, version, int(self.sizes[i]), wrong)  # not the indexed sample: a miss
         try:
             if self.shards is not None:  # one range of one shard
                 shard = self.shards.names[self.shards.ids[i]]
                 start, size = int(self.shards.offsets[i]), int(self.sizes[i])
                 if self.bucket is not None:
-                    data = self.bucket.get(shard, None, start, start + size)[0] if size else b""
+                    data = self._shard_range(int(self.shards.ids[i]), start, size)
                 else:
                     data = read_range(os.path.join(self.root, shard), start, size)
             elif self.bucket is not None:
@@ -303,6 +308,19 @@ class SampleReader:
             self.disk.put(name, version, bytes(data))
         return data, None
 
+    def _shard_range(self, sid: int, start: int, size: int) -> bytes:
+        """``size`` bytes of shard ``sid`` in the bucket, conditional on its ETag: the one listed when the
+        index was loaded, else the first this process was served (so a shard rewritten meanwhile is
+        :class:`~dali_backend.storage.client.ObjectChanged`)."""
+        if not size:
+            return b""
+        known = self.shards.etags[sid] if self.shards.etags else ""
+        etag = known or self._shard_etags.get(sid)
+        data, info = self.bucket.get(self.shards.names[sid], etag or None, start, start + size)
+        if not etag and info.etag:
+            self._shard_etags[sid] = info.etag
+        return data
+
     def problem(self, i: int, data: NDArray[np.uint8] | None, error: OSError | str | None = None) -> str | None:
         """What is wrong with sample ``i``'s bytes, or None."""
         if isinstance(error, str):
@@ -314,7 +332,8 @@ class SampleReader:
             return f"file changed since indexing (size {self.sizes[i]} -> {data.size} bytes)"
         if data[:2].tobytes() != SOI:
             return "no JPEG signature"
-        refusal = header_refusal(data)  # same size, other headers: an edit in place
+        indexed = None if self.frames is None else (self.frames[0][i], self.frames[1][i])
+        refusal = header_refusal(data, indexed)  # same size, other headers or frame size: not the indexed image
         if refusal:
             return refusal
         if data[-2:].tobytes() != EOI and data.tobytes().find(EOI) < 0:

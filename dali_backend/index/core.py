@@ -419,8 +419,7 @@ class SampleIndex:
         (no object is read).
         """
         if self.shards is not None:  # packed: the shards are the files
-            listed = {o.rel: o.size for o in self.bucket().list()} if self.is_remote else None
-            return self.shards.changed(self.root, listed)
+            return self.shards.changed(self.root, self.bucket() if self.is_remote else None)
         if self.is_remote:
             return remote.changed_objects(self.bucket(), self._paths, self.sizes, self.etags,
                                           range(len(self)) if positions is None else positions)

@@ -72,7 +72,7 @@ def load_index(cls, path: str | os.PathLike, root, check: str, storage_options: 
             raise _damaged(path, "its shard arrays and shard list do not come together")
         if "shards" in meta:
             if not check_meta_shards(meta["shards"]):
-                raise _damaged(path, "metadata field 'shards' is not a list of [name, size] pairs")
+                raise _damaged(path, "metadata field 'shards' is not a list of [name, size(, mtime, md5)] rows")
             shards = shards_from_arrays(meta["shards"], arrays["shard_ids"], arrays["shard_offsets"])
         index = cls(root if root is not None else meta["root"], StringTable(data, offsets), arrays["labels"],
                     meta["classes"], arrays["sizes"], arrays["mtimes"], arrays["widths"], arrays["heights"],

@@ -152,6 +152,11 @@ class DiskCache:
                 os.utime(path)  # last use, for the LRU order
         return data[:int(size)]
 
+    def drop(self, name: str, version: str, size: int, reason: str) -> None:
+        """Remove the entry of (``name``, ``version``, ``size``), logging ``reason``: its bytes are whole but
+        not the indexed sample (the reader's checks refused them), so the source is read instead."""
+        self._drop(self.entry(name, version, size), name, reason)
+
     def _drop(self, path: str, name: str, reason: str) -> None:
         """Remove a damaged entry (whatever it is: a FIFO or a folder too) and log why: a cache miss."""
         log.warning("cache entry of %s %s: removed, fetching again", name, reason)

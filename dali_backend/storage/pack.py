@@ -12,11 +12,13 @@ messages behave as before, and decoding a packed sample gives the same pixels as
 Every sample is read through the checked reader first: a file that changed since indexing is a
 :class:`BadImageError` naming it, never packed. Each shard is written atomically (temporary file and
 rename), then the index (``DIR/index.npz``) last: a pack interrupted leaves no index pointing at
-missing shards.
+missing shards. Each shard's mtime and MD5 are recorded, so a shard rewritten since (even at the same
+size: small shards are all 10 KiB) is found (:meth:`~dali_backend.index.shards.Shards.changed`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import tarfile
@@ -66,6 +68,8 @@ def pack(index: SampleIndex, out: str | os.PathLike, shard_bytes: int = DEFAULT_
     offsets = np.zeros(n, np.int64)
     names: list[str] = []
     sizes: list[int] = []
+    mtimes: list[int] = []
+    digests: list[str] = []
     start = 0
     while start < n:
         sid = len(names)
@@ -87,9 +91,12 @@ def pack(index: SampleIndex, out: str | os.PathLike, shard_bytes: int = DEFAULT_
         write_atomic(out / name, lambda f, b=blob: f.write(b), "shard")
         names.append(name)
         sizes.append(len(blob))
+        mtimes.append(os.stat(out / name).st_mtime_ns)  # with the MD5: how a shard changed since is found
+        digests.append(hashlib.md5(blob, usedforsecurity=False).hexdigest())
         start = i
     packed = SampleIndex(out, StringTable(index.paths.data, index.paths.offsets), index.labels, index.classes,
                          index.sizes, index.mtimes, index.widths, index.heights, index.rejected, index.ignored,
-                         index.ignored_files, shards=Shards(tuple(names), tuple(sizes), ids, offsets))
+                         index.ignored_files, shards=Shards(tuple(names), tuple(sizes), ids, offsets, tuple(mtimes),
+                                                               tuple(digests)))
     packed.save(out / INDEX_NAME)
     return packed
