@@ -140,3 +140,42 @@ def test_the_response_etag_is_compared_with_the_one_asked_for(monkeypatch, serve
     assert all(a["IfMatch"] == '"abc"' and a["Range"] == "bytes=0-3" for a in fake.asked)
     fake.asked.clear()
     assert bucket.get("k.jpg")[0] == fake.body and "IfMatch" not in fake.asked[0]  # no ETag: nothing to compare
+
+
+# ------------------------------------------------------------------------------ indexing: unreachable is not bad
+def test_a_patient_bucket_has_the_factor_times_the_retries_and_cap():
+    bucket = Bucket("s3://bucket", {"retries": 4, "max_backoff_s": 0.5})
+    patient = bucket.patient(3)
+    assert patient.retries == 12 and patient.options["max_backoff_s"] == 1.5 and patient.root == bucket.root
+    assert Bucket("s3://bucket", {"retries": 0}).patient(3).retries == 3  # a second round even without retries
+    assert Bucket("s3://bucket").patient(3).options["max_backoff_s"] == 3 * client_mod.DEFAULT_MAX_BACKOFF_S
+
+
+FAST = {"retries": 2, "backoff_s": 0.001, "max_backoff_s": 0.002}  # 3 attempts, then 3 * 2 + 1 = 7 more
+
+
+@pytest.mark.parametrize("faults, indexed", [(9, True), (10, False)])
+def test_objects_answering_only_503_while_indexing_are_retried_then_an_error_never_rejected(s3, tmp_path, faults,
+                                                                                              indexed, caplog):
+    """Issue 32 case 3: before, an object that answered only 503 past the retry budget was filed among the
+    rejected files and the build succeeded. Now: a second, longer round; still unreachable -> StorageError."""
+    from conftest import jpeg_bytes, write
+    from dali_backend import SampleIndex
+    from test_storage import upload
+
+    for k in range(4):
+        write(tmp_path / "d" / ("a" if k < 2 else "b") / f"{k}.jpg", jpeg_bytes(seed=k))
+    url = upload(s3, tmp_path / "d", f"flaky-{faults}")
+    s3.proxy.configure(faults=[{"status": 503, "code": "SlowDown", "count": faults, "match": "b/3.jpg"}])
+    try:
+        if indexed:  # 3 + 7 attempts: the 10th is answered
+            index = SampleIndex.from_folder(url, progress=False, storage_options=FAST)
+            assert "b/3.jpg" in list(index.paths) and not index.rejected
+            assert "answered only transient failures while indexing" in caplog.text
+        else:
+            with pytest.raises(StorageError) as e:
+                SampleIndex.from_folder(url, progress=False, storage_options=FAST)
+            assert "1 object could not be read while indexing" in str(e.value) and "b/3.jpg" in str(e.value)
+            assert "HTTP 503 SlowDown" in str(e.value) and "not bad files" in str(e.value)
+    finally:
+        s3.proxy.configure()

@@ -10,10 +10,16 @@ listed ETag, so an object overwritten during indexing is refused, not half-read.
 downloads each object; ``verify="none"`` reads nothing (a manifest's entries get one HEAD each).
 The trade-off: two requests per object for the header check (head and tail), where reading 64 KB in
 one would cost the whole of a small object.
+
+An object that answers only transient failures (throttling, 5xx, timeouts) for the whole retry budget
+is not a bad file: it is never filed among the rejected ones. Such objects are checked again with a
+longer budget (:data:`PATIENT_FACTOR` times the retries and the backoff cap); any still unreachable
+then make the build fail with a :class:`StorageError` naming them, so no sample is lost silently.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +33,7 @@ from ..jpeg import DEFAULT_MAX_PIXELS, JpegCheck, _check, check_jpeg_bytes
 from ..labelling import KeywordRules
 from ..progress import track
 from ..storage import urls
-from ..storage.client import Bucket, ObjectChanged, ObjectInfo, ObjectMissing
+from ..storage.client import Bucket, ObjectChanged, ObjectInfo, ObjectMissing, Unreachable
 from .manifest import _read_manifest
 from .options import JPEG_EXTENSIONS, PACKAGE_FILES, Verify, _capped, _opt
 from .report import _nothing_indexed
@@ -37,8 +43,10 @@ from .walk import (Rejected, _Candidates, _count, _refuse_split_layout, class_fo
 
 HEAD_RANGE = 16384  # bytes read first for the header check (JPEG headers without EXIF are < 2 KB)
 REMOTE_MIN_WORKERS = 32  # threads for a bucket's header checks: requests wait on the network, not the CPU
+PATIENT_FACTOR = 3  # objects unreachable at indexing are checked again with this many times the retries and backoff cap
 
 # (root URL, candidates, class names, listed objects by relative path, the bucket)
+log = logging.getLogger("dali_backend")
 RemoteBuilt = tuple[str, _Candidates, Sequence[str], dict[str, ObjectInfo], Bucket]
 
 
@@ -202,6 +210,8 @@ def check_object(bucket: Bucket, rel: str, info: ObjectInfo | None, verify: Veri
         return "missing file", info, 0, 0
     except ObjectChanged:
         return "object changed while it was being indexed (its ETag differs); index again", info, 0, 0
+    except Unreachable as e:  # the store did not answer: no verdict on the object
+        return _Transient(str(e).split(": ", 1)[1] if ": " in str(e) else str(e)), info, 0, 0
     except StorageError as e:
         text = str(e).split(": ", 1)[1] if ": " in str(e) else str(e)
         return f"unreadable ({text})", info, 0, 0
@@ -222,6 +232,21 @@ def check_candidates(root: str, bucket: Bucket, cand: _Candidates, infos: Mappin
 
     with ThreadPoolExecutor(max_workers=max(1, workers, REMOTE_MIN_WORKERS)) as pool:
         results = list(track(pool.map(check, cand.paths), total=len(cand.paths), desc="indexing", enabled=progress))
+        again = [k for k, r in enumerate(results) if isinstance(r[0], _Transient)]
+        if again:
+            patient = bucket.patient(PATIENT_FACTOR)
+            log.warning("%s: %d objects answered only transient failures while indexing (e.g. %s: %s); checking them "
+                        "again with %d retries", root, len(again), cand.paths[again[0]], results[again[0]][0],
+                        patient.retries)
+            for k, r in zip(again, pool.map(lambda k: check_object(patient, cand.paths[k], infos.get(cand.paths[k]),
+                                                                   verify, max_pixels), again)):
+                results[k] = r
+    unreachable = [f"{cand.paths[k]} ({r[0]})" for k, r in enumerate(results) if isinstance(r[0], _Transient)]
+    if unreachable:
+        raise StorageError(f"{root}: {_count(len(unreachable), 'object')} could not be read while indexing, only "
+                           f"transient failures after the retries and a longer second round ({_capped(unreachable)}); "
+                           "they are not bad files, so nothing was built without them. Check the store (throttling, "
+                           "an overloaded gateway) and index again, or raise storage_options={'retries': ...}")
     keep = [i for i, r in enumerate(results) if r[0] is None]
     rejected = list(cand.rejected) + [Rejected(cand.paths[i], r[0]) for i, r in enumerate(results) if r[0] is not None]
     rejected.sort(key=lambda r: r.path)
@@ -231,6 +256,10 @@ def check_candidates(root: str, bucket: Bucket, cand: _Candidates, infos: Mappin
                     dtype=np.int64).reshape(-1, 4)
     etags = [results[i][1].etag for i in keep]
     return keep, cols, etags, rejected
+
+
+class _Transient(str):
+    """The reason of :func:`check_object` for an object the store did not answer (:class:`Unreachable`)."""
 
 
 def changed_objects(bucket: Bucket, paths: Sequence[str], sizes: NDArray[np.int64],

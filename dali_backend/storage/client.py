@@ -169,6 +169,13 @@ class Bucket:
         self._pid: int | None = None
         self._lock = threading.Lock()
 
+    def patient(self, factor: int) -> Bucket:
+        """This bucket with ``factor`` times the retries (at least ``factor``) and backoff cap: for a second
+        round over objects that answered only transient failures."""
+        o = self.options
+        return Bucket(self.root, {**o, "retries": factor * max(1, self.retries),
+                                  "max_backoff_s": factor * float(o.get("max_backoff_s", DEFAULT_MAX_BACKOFF_S))})
+
     def __getstate__(self):  # spawned workers: the options, never a client
         state = self.__dict__.copy()
         state["_client"], state["_pid"], state["_lock"] = None, None, None
