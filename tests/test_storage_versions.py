@@ -61,3 +61,38 @@ def test_an_object_overwritten_at_the_same_size_is_never_served(s3, tmp_path, ki
     assert stats["requests"].get("GET", 0) > 0
     assert stats["if_match"]["GET"] == stats["requests"]["GET"]  # every read is conditional on the indexed ETag
     assert victim not in served and len(served) == len(index) and loader_stats["skipped"] == 1
+
+
+# ------------------------------------------------------------------------------ updating a bucket's index (case 12)
+def test_a_bucket_index_updates_by_listing_and_etags(s3, tmp_path):
+    """Issue 32 case 12: before, update() of an s3:// index blamed subset()/split() or an old release and
+    advised a rebuild that refused the same way. Now the builders record a source for a bucket too, and an
+    update lists the bucket and reads only new and changed objects."""
+    two_classes(tmp_path / "d")
+    url = upload(s3, tmp_path / "d", "updates")
+    index = SampleIndex.from_folder(url, progress=False)
+    index.save(tmp_path / "i.npz")
+    loaded = SampleIndex.load(tmp_path / "i.npz")
+    original = s3.client.get_object(Bucket="updates", Key="a/1.jpg")["Body"].read()
+    put(s3, f"{url}/a/1.jpg", same_size_edit(original))  # same size, new ETag: re-checked
+    put(s3, f"{url}/b/9.jpg", jpeg_bytes(seed=99))  # new
+    put(s3, f"{url}/c/0.jpg", jpeg_bytes(seed=98))  # new, in a new class
+    s3.client.delete_object(Bucket="updates", Key="b/0.jpg")  # gone
+    s3.proxy.stats(reset=True)
+    new = loaded.update()
+    assert s3.proxy.stats()["requests"] == {"GET": 1 + 3}  # one listing, one range read per new or changed object
+    fresh = SampleIndex.from_folder(url, progress=False, classes=["a", "b", "c"])
+    assert sorted(new.paths) == sorted(fresh.paths) and list(new.classes) == ["a", "b", "c"]
+    order = {p: k for k, p in enumerate(fresh.paths)}
+    for k, p in enumerate(new.paths):
+        f = order[p]
+        assert (new.labels[k], new.sizes[k], new.widths[k], new.heights[k], new.etags[k]) == \
+            (fresh.labels[f], fresh.sizes[f], fresh.widths[f], fresh.heights[f], fresh.etags[f]), p
+    assert list(new.paths)[:len(index) - 1] == [p for p in index.paths if p != "b/0.jpg"]  # old order kept
+    served, _ = passes(new, "torch")
+    assert sorted(served) == list(range(len(new)))  # the new ETags are the ones read: nothing "changed"
+    from dali_backend.errors import ConfigError
+
+    derived = index.subset([0, 1])
+    with pytest.raises(ConfigError, match=r"index of s3://updates records no source.*build it once again"):
+        derived.update()

@@ -228,12 +228,12 @@ class SampleIndex:
             IndexBuildError: no folder, a split layout without ``split=``, look-alike class folder
                 names, or no usable JPEG at all (the message says what was found instead).
         """
-        if urls.is_url(root):
-            return cls._validated_remote(*remote.folder_candidates(root, split, classes, storage_options), verify,
-                                         max_pixels, workers, progress, storage_options)
-        _local_only(storage_options)
         source = source_of("folder", split=split, classes=classes, allow_outside_symlinks=allow_outside_symlinks,
                            verify=verify, max_pixels=max_pixels)
+        if urls.is_url(root):
+            return cls._validated_remote(*remote.folder_candidates(root, split, classes, storage_options), verify,
+                                         max_pixels, workers, progress, storage_options, source)
+        _local_only(storage_options)
         return cls._validated(*folder_candidates(root, split, classes, allow_outside_symlinks), verify,
                               max_pixels, workers, progress, source)
 
@@ -251,16 +251,16 @@ class SampleIndex:
         both after NFKC normalisation and case folding; see :mod:`dali_backend.labelling` for the
         exact rule. Files that match no class or several are put in :attr:`rejected`, never guessed.
         """
-        if urls.is_url(root):
-            return cls._validated_remote(*remote.keyword_candidates(root, rules, storage_options), verify, max_pixels,
-                                         workers, progress, storage_options)
-        _local_only(storage_options)
-        built = keyword_candidates(root, rules, allow_outside_symlinks)
         kw = rules if isinstance(rules, KeywordRules) else KeywordRules(rules)
         words = {**kw._word_to_class, **kw._text_to_class}
         source = source_of("keywords", rules={c: sorted(w for w, k in words.items() if k == c) for c in kw.classes},
                            allow_outside_symlinks=allow_outside_symlinks, verify=verify, max_pixels=max_pixels)
-        return cls._validated(*built, verify, max_pixels, workers, progress, source)
+        if urls.is_url(root):
+            return cls._validated_remote(*remote.keyword_candidates(root, kw, storage_options), verify, max_pixels,
+                                         workers, progress, storage_options, source)
+        _local_only(storage_options)
+        return cls._validated(*keyword_candidates(root, kw, allow_outside_symlinks), verify, max_pixels, workers,
+                              progress, source)
 
     @classmethod
     def from_manifest(cls, path: str | os.PathLike, root: str | os.PathLike | None = None, split: str | None = None, *,
@@ -306,15 +306,15 @@ class SampleIndex:
         labels that differ only in case or Unicode normalisation (``Dent`` and ``dent``) are an
         error unless ``classes=`` names both. A CSV error (an unclosed quote) names its line.
         """
-        if root is not None and urls.is_url(root):
-            built = remote.manifest_candidates(path, root, split, classes, path_column, label_column, split_column,
-                                               encoding, storage_options)
-            return cls._validated_remote(*built, verify, max_pixels, workers, progress, storage_options)
-        _local_only(storage_options)
-        built = manifest_candidates(path, root, split, classes, path_column, label_column, split_column, encoding)
         source = source_of("manifest", manifest=os.path.abspath(path), split=split, classes=classes,
                            path_column=path_column, label_column=label_column, split_column=split_column,
                            encoding=encoding, verify=verify, max_pixels=max_pixels)
+        if root is not None and urls.is_url(root):
+            built = remote.manifest_candidates(path, root, split, classes, path_column, label_column, split_column,
+                                               encoding, storage_options)
+            return cls._validated_remote(*built, verify, max_pixels, workers, progress, storage_options, source)
+        _local_only(storage_options)
+        built = manifest_candidates(path, root, split, classes, path_column, label_column, split_column, encoding)
         return cls._validated(*built, verify, max_pixels, workers, progress, source)
 
     @classmethod
@@ -325,11 +325,12 @@ class SampleIndex:
 
     @classmethod
     def _validated_remote(cls, root: str, cand: _Candidates, classes: Sequence[str], infos, bucket, verify: Verify,
-                          max_pixels: int, workers: int, progress: bool | None, storage_options) -> SampleIndex:
+                          max_pixels: int, workers: int, progress: bool | None, storage_options,
+                          source: dict) -> SampleIndex:
         keep, cols, etags, rejected = remote.check_candidates(root, bucket, cand, infos, verify, max_pixels, workers,
                                                               progress)
         return cls._built(root, cand, classes, keep, cols, rejected, etags=StringTable.from_strings(etags),
-                          storage_options=storage_options)
+                          storage_options=storage_options, source=source)
 
     @classmethod
     def _built(cls, root, cand: _Candidates, classes: Sequence[str], keep: list[int], cols: NDArray[np.int64],
@@ -353,7 +354,8 @@ class SampleIndex:
         rejects). Order: samples still present keep their relative order (their positions are
         unchanged when nothing was removed; removing one moves those after it down by one), new files
         are appended in walk order, and new classes are appended to :attr:`classes` (class ids keep
-        their meaning). See :mod:`dali_backend.index.update`. CLI: ``dali-backend index --update INDEX``.
+        their meaning). A bucket is listed again: objects of the indexed size and ETag are not read. See
+        :mod:`dali_backend.index.update`. CLI: ``dali-backend index --update INDEX``.
 
         Args:
             workers: threads that ``stat`` files and read headers.

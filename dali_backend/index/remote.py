@@ -217,11 +217,11 @@ def check_object(bucket: Bucket, rel: str, info: ObjectInfo | None, verify: Veri
         return f"unreadable ({text})", info, 0, 0
 
 
-def check_candidates(root: str, bucket: Bucket, cand: _Candidates, infos: Mapping[str, ObjectInfo],
-                     verify: Verify, max_pixels: int, workers: int,
-                     progress: bool | None) -> tuple[list[int], NDArray[np.int64], list[str], list[Rejected]]:
-    """:func:`.build.check_candidates` for a bucket: ``(positions kept, [kept, 4] sizes/mtimes/widths/heights,
-    ETags of the kept objects, every refused object)``."""
+def check_objects(root: str, bucket: Bucket, paths: Sequence[str], infos: Mapping[str, ObjectInfo], verify: Verify,
+                  max_pixels: int, workers: int, progress: bool | None, desc: str = "indexing") -> list[tuple]:
+    """:func:`check_object` of every one of ``paths`` in threads; objects unreachable (only transient
+    failures) are checked again with a longer budget, then a :class:`StorageError` names those still
+    unreachable (see the module docstring). Never returns an unreachable object's result."""
     if verify not in ("header", "decode", "none"):
         raise ConfigError(f"verify={verify!r}; use 'header' (default), 'decode' or 'none'")
     if max_pixels <= 0:
@@ -231,22 +231,31 @@ def check_candidates(root: str, bucket: Bucket, cand: _Candidates, infos: Mappin
         return check_object(bucket, rel, infos.get(rel), verify, max_pixels)
 
     with ThreadPoolExecutor(max_workers=max(1, workers, REMOTE_MIN_WORKERS)) as pool:
-        results = list(track(pool.map(check, cand.paths), total=len(cand.paths), desc="indexing", enabled=progress))
+        results = list(track(pool.map(check, paths), total=len(paths), desc=desc, enabled=progress))
         again = [k for k, r in enumerate(results) if isinstance(r[0], _Transient)]
         if again:
             patient = bucket.patient(PATIENT_FACTOR)
             log.warning("%s: %d objects answered only transient failures while indexing (e.g. %s: %s); checking them "
-                        "again with %d retries", root, len(again), cand.paths[again[0]], results[again[0]][0],
+                        "again with %d retries", root, len(again), paths[again[0]], results[again[0]][0],
                         patient.retries)
-            for k, r in zip(again, pool.map(lambda k: check_object(patient, cand.paths[k], infos.get(cand.paths[k]),
-                                                                   verify, max_pixels), again)):
+            for k, r in zip(again, pool.map(lambda k: check_object(patient, paths[k], infos.get(paths[k]), verify,
+                                                                   max_pixels), again)):
                 results[k] = r
-    unreachable = [f"{cand.paths[k]} ({r[0]})" for k, r in enumerate(results) if isinstance(r[0], _Transient)]
+    unreachable = [f"{paths[k]} ({r[0]})" for k, r in enumerate(results) if isinstance(r[0], _Transient)]
     if unreachable:
         raise StorageError(f"{root}: {_count(len(unreachable), 'object')} could not be read while indexing, only "
                            f"transient failures after the retries and a longer second round ({_capped(unreachable)}); "
                            "they are not bad files, so nothing was built without them. Check the store (throttling, "
                            "an overloaded gateway) and index again, or raise storage_options={'retries': ...}")
+    return results
+
+
+def check_candidates(root: str, bucket: Bucket, cand: _Candidates, infos: Mapping[str, ObjectInfo],
+                     verify: Verify, max_pixels: int, workers: int,
+                     progress: bool | None) -> tuple[list[int], NDArray[np.int64], list[str], list[Rejected]]:
+    """:func:`.build.check_candidates` for a bucket: ``(positions kept, [kept, 4] sizes/mtimes/widths/heights,
+    ETags of the kept objects, every refused object)``."""
+    results = check_objects(root, bucket, cand.paths, infos, verify, max_pixels, workers, progress)
     keep = [i for i, r in enumerate(results) if r[0] is None]
     rejected = list(cand.rejected) + [Rejected(cand.paths[i], r[0]) for i, r in enumerate(results) if r[0] is not None]
     rejected.sort(key=lambda r: r.path)
@@ -256,6 +265,18 @@ def check_candidates(root: str, bucket: Bucket, cand: _Candidates, infos: Mappin
                     dtype=np.int64).reshape(-1, 4)
     etags = [results[i][1].etag for i in keep]
     return keep, cols, etags, rejected
+
+
+def candidates_again(source: Mapping, root: str, storage_options: Mapping | None) -> RemoteBuilt:
+    """The remote builder's listing (or manifest reading) again, with the options ``source`` recorded."""
+    builder = source["builder"]
+    if builder == "folder":
+        return folder_candidates(root, source.get("split"), source.get("classes"), storage_options)
+    if builder == "keywords":
+        return keyword_candidates(root, source["rules"], storage_options)
+    return manifest_candidates(source["manifest"], root, source.get("split"), source.get("classes"),
+                               source.get("path_column"), source.get("label_column"), source.get("split_column"),
+                               source.get("encoding"), storage_options)
 
 
 class _Transient(str):
