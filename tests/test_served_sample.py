@@ -22,6 +22,7 @@ from dali_backend.storage.cache import DiskCache
 from dali_backend.storage.pack import pack
 from fallback import ImageDataset
 from test_overwritten_files import overwrite_in_place
+from test_storage_versions import passes as run
 
 VICTIM = 6  # class b (samples 4-7), 64x48 as indexed
 
@@ -32,16 +33,6 @@ def make(root: Path) -> SampleIndex:
         w = 40 if k < 4 else 64
         write(root / ("a" if k < 4 else "b") / f"{k}.jpg", jpeg_bytes(h=48, w=w, seed=k))
     return SampleIndex.from_folder(root, progress=False)
-
-
-def run(index, kind: str, on_error: str = "raise", **dataset):
-    loader = DaliLoader(ImageDataset(index, AugmentSpec(size=16), on_error=on_error, **dataset), batch_size=4,
-                        return_meta=True, timeout=60, **KINDS[kind])
-    try:
-        served = [int(s) for _, _, m in loader for s in m["index"]]
-        return served, loader.stats()
-    finally:
-        loader.close()
 
 
 def _loose(tmp_path, index):

@@ -28,9 +28,10 @@ def two_classes(root, n: int = 4, **jpeg):
             write(root / cls / f"{k}.jpg", jpeg_bytes(seed=k + (10 if cls == "b" else 0), **jpeg))
 
 
-def passes(index, kind: str, on_error: str = "raise"):
-    """``(served indices, stats)`` of one pass over ``index``; raises what the loader raises."""
-    loader = DaliLoader(ImageDataset(index, AugmentSpec(size=16), on_error=on_error), batch_size=4,
+def passes(index, kind: str, on_error: str = "raise", **dataset):
+    """``(served indices, stats)`` of one pass over ``index`` (``dataset``: ImageDataset's options); raises what
+    the loader raises."""
+    loader = DaliLoader(ImageDataset(index, AugmentSpec(size=16), on_error=on_error, **dataset), batch_size=4,
                         return_meta=True, timeout=60, **KINDS[kind])
     try:
         served = [int(s) for _, _, m in loader for s in m["index"]]
