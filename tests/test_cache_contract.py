@@ -176,3 +176,37 @@ def test_a_process_lists_the_folder_again_after_writing_its_share_of_the_limit(t
     assert listed == []  # 10 entries = exactly 1/8 of the limit: not yet
     cache.put("s3://b/10", VERSION, bytes(100))
     assert listed == [11 * (100 + TRAILER)]
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_fifo_in_place_of_an_entry_never_blocks_a_loader(tmp_path, kind):
+    """Issue 32 case 6: a FIFO as an entry blocked the read forever (plain open()); with torch and
+    num_workers=0, timeout= could not help. Now it is refused by its type: a miss, removed, the file read."""
+    index = _data(tmp_path)
+    cache = tmp_path / "cache"
+    ds = ImageDataset(index, AugmentSpec(size=16), cache_dir=cache)
+    for i in range(len(ds)):
+        ds.reader.read(i)
+    entry = Path(ds.reader.disk.entry(ds.reader.path(5), ds.reader._version(5), int(index.sizes[5])))
+    entry.unlink()
+    os.mkfifo(entry)
+    rescued = []
+
+    def rescue():  # a blocked open() of the FIFO returns once a writer opens it: the test then fails, not hangs
+        if entry.exists() and not entry.is_file():
+            rescued.append(1)
+            with open(entry, "wb"):
+                pass
+    watchdog = threading.Timer(30, rescue)
+    watchdog.start()
+    try:
+        loader = DaliLoader(ImageDataset(index, AugmentSpec(size=16), cache_dir=cache), batch_size=4, num_workers=0,
+                            timeout=5, return_meta=True, **KINDS[kind])
+        try:
+            served = sorted(int(i) for _, _, m in loader for i in m["index"])
+        finally:
+            loader.close()
+    finally:
+        watchdog.cancel()
+    assert not rescued and served == list(range(len(index)))
+    assert entry.is_file()  # removed, then filled again from the file
