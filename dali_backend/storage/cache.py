@@ -6,9 +6,12 @@ known before it is opened. The rules that keep it safe without a lock held acros
 
 * **Atomic, durable fill**: an entry holds the sample's bytes and a trailer of :data:`TRAILER` bytes
   (:data:`MAGIC` and the SHA-256 of the bytes). It is written to a temporary file in the cache's
-  ``tmp/`` folder (same file system), ``fsync``'d, then renamed onto the entry's name (and the folder
-  ``fsync``'d): a reader sees no entry or a whole one, and a power loss after the rename cannot leave
-  an entry whose data never reached the disk. A process killed during a fill (``kill -9``) leaves only
+  ``tmp/`` folder (same file system), ``fsync``'d, then renamed onto the entry's name: a reader sees
+  no entry or a whole one, and a power loss after the rename cannot leave an entry whose data never
+  reached the disk (the folder is not ``fsync``'d: a rename lost that way is only a miss). Measured on
+  ext4 (a 620 KB entry, 2 busy cores): a fill 1-3 ms without the ``fsync``, 6.5-8.5 ms with it (once per
+  sample, in the prefetching threads); a hit 0.2-0.3 ms without the checksum, 0.7-1.3 ms with it
+  (SHA-256 about 0.5 ms; decoding that JPEG costs about 10 ms). A process killed during a fill (``kill -9``) leaves only
   a temporary file, which the next :class:`DiskCache` removes when its process is gone (or after
   :data:`STALE_TEMP_S`).
 * **Verified on read, damage is a miss**: only a regular file is opened (non-blocking, type checked
@@ -53,7 +56,7 @@ TRAILER = len(MAGIC) + hashlib.sha256().digest_size
 _SUFFIX = ".part"
 
 
-def entry_damage(data: bytes, size: int) -> str | None:
+def entry_damage(data: bytes | bytearray, size: int) -> str | None:
     """Why the bytes read from an entry are not the ``size``-byte sample followed by its trailer, or None."""
     if len(data) != size + TRAILER:
         return f"holds {len(data)} bytes, not {size} and a {TRAILER}-byte trailer"
@@ -62,16 +65,6 @@ def entry_damage(data: bytes, size: int) -> str | None:
     if hashlib.sha256(memoryview(data)[:size]).digest() != data[size + len(MAGIC):]:
         return "does not match its checksum (damaged: e.g. zeroed blocks after a power loss)"
     return None
-
-
-def _fsync_dir(folder: str) -> None:
-    """Make a rename in ``folder`` durable (where the system allows opening a folder)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -122,7 +115,7 @@ class DiskCache:
         return os.path.join(self.folder, h[:2], h[2:] + f".{int(size)}")
 
     # ------------------------------------------------------------------------------ reading and filling
-    def get(self, name: str, version: str, size: int) -> bytes | None:
+    def get(self, name: str, version: str, size: int) -> bytearray | None:
         """The entry's bytes, or None: absent, or damaged (see the module docstring: then it is removed,
         to be fetched again)."""
         path = self.entry(name, version, size)
@@ -138,8 +131,13 @@ class DiskCache:
                 kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode) \
                     else "not a regular file"
                 return self._drop(path, name, f"is {kind}")
-            with os.fdopen(os.dup(fd), "rb") as f:
-                data = f.read(int(size) + TRAILER + 1)
+            data = bytearray(int(size) + TRAILER + 1)  # read in place, the trailer cut off in place: no copy
+            with os.fdopen(os.dup(fd), "rb", buffering=0) as f:
+                n, got = 0, 1
+                while got and n < len(data):
+                    got = f.readinto(memoryview(data)[n:])
+                    n += got or 0
+            del data[n:]
         except OSError as e:
             return self._drop(path, name, f"cannot be read ({e.strerror or e})")
         finally:
@@ -150,7 +148,8 @@ class DiskCache:
         if time.time() - st.st_mtime > LRU_RESOLUTION_S:
             with contextlib.suppress(OSError):
                 os.utime(path)  # last use, for the LRU order
-        return data[:int(size)]
+        del data[int(size):]
+        return data
 
     def drop(self, name: str, version: str, size: int, reason: str) -> None:
         """Remove the entry of (``name``, ``version``, ``size``), logging ``reason``: its bytes are whole but
@@ -179,9 +178,8 @@ class DiskCache:
                 f.write(MAGIC + hashlib.sha256(data).digest())
                 f.flush()
                 os.fsync(f.fileno())  # the data on disk before the name points at it (power loss)
-            os.replace(tmp, path)
+            os.replace(tmp, path)  # no fsync of the folder: a rename lost to a power loss is only a miss
             tmp = None
-            _fsync_dir(os.path.dirname(path))
         except OSError as e:
             if not getattr(self, "_warned", False):
                 self._warned = True
