@@ -3,16 +3,20 @@
 A file can change or vanish after indexing. Before bytes reach a decoder (DALI's cannot skip a bad
 sample: the whole pipeline dies), cheap checks run: the size equals the indexed size, the data starts
 with SOI, its headers hold nothing the index refuses (a frame type, precision or EXIF layout the two
-backends' decoders cannot both read alike: :func:`~dali_backend.jpeg.header_refusal`) and an
-end-of-image marker follows. ``on_error="raise"`` turns a failure into
+backends' decoders cannot both read alike: :func:`~dali_backend.jpeg.header_refusal`), its frame
+header declares the indexed width and height, and an end-of-image marker follows. That one rule
+(:meth:`SampleReader.problem`) judges whatever served the bytes: a file, a shard member, an object,
+a disk-cache entry (one that fails it is dropped and the source read instead) or the RAM cache.
+``on_error="raise"`` turns a failure into
 :class:`BadImageError` naming the path, sample index, label and epoch. ``on_error="skip"`` replaces
 the draw by another sample *of the same class*, chosen by a pure function of (seed, epoch, position),
 so both backends pick the same replacement and the class balance is kept; the replacement keeps the
 draw's position (and so its augmentation parameters) and is counted and reported.
 
 A URL root (``s3://...``) is read through :class:`~dali_backend.storage.client.Bucket`: each GET is
-conditional on the ETag recorded at indexing (an object overwritten since is refused by the server,
-``BadImageError`` "object changed since indexing"), retried with backoff on throttling and transient
+conditional on the ETag recorded at indexing, and the response's ETag is compared with it (an object
+overwritten since is refused, ``BadImageError`` "object changed since indexing"); a shard's ranges are
+conditional on the shard's ETag (listed at loading, or the first served); retried with backoff on throttling and transient
 errors, and the client is created in each worker process (fork-safe). With ``cache_dir`` the bytes go
 through a :class:`~dali_backend.storage.cache.DiskCache` keyed by (URL, ETag, size), or (path, mtime,
 size) for a folder.

@@ -187,3 +187,24 @@ def test_several_fill_bytes_before_markers_are_accepted_everywhere(tmp_path, n):
             outputs[name, kind] = x.numpy()
     for kind in KINDS:  # the same pixels as without fill bytes, on both backends
         assert np.array_equal(outputs["filled", kind], outputs["plain", kind]), kind
+
+
+def test_an_index_packed_without_shard_mtimes_and_digests_still_loads_and_compares_sizes(tmp_path):
+    from dali_backend.index.shards import Shards, check_meta_shards
+
+    index, packed, a, d = _packed_pair(tmp_path)
+    s = packed.shards
+    old = Shards(s.names, s.sizes, s.ids, s.offsets)  # what an older release wrote: [[name, size], ...]
+    assert old.meta() == [[n, z] for n, z in zip(s.names, s.sizes)] and len(s.meta()[0]) == 4
+    assert check_meta_shards(old.meta()) and check_meta_shards(s.meta())
+    assert not check_meta_shards([[s.names[0], s.sizes[0], 1]]) and not check_meta_shards([[s.names[0], "1", 1, "x"]])
+    legacy = SampleIndex(packed.root, packed.paths, packed.labels, packed.classes, packed.sizes, packed.mtimes,
+                         packed.widths, packed.heights, [], packed.ignored, [], shards=old)
+    legacy.save(tmp_path / "legacy.npz")
+    assert len(SampleIndex.load(tmp_path / "legacy.npz")) == len(index)  # touched shards: no mtime to compare
+    os.utime(d)
+    assert SampleIndex.load(tmp_path / "legacy.npz").shards.mtimes == ()
+    with open(d, "ab") as f:
+        f.write(b"\0" * 512)
+    with pytest.raises(StaleIndexError, match=f"{d.name}: shard size 10240 -> 10752 bytes"):
+        SampleIndex.load(tmp_path / "legacy.npz")
