@@ -218,7 +218,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
                     hw_decoder_load, py_start_method, self.on_error, float(timeout), worker_init_fn, self.return_meta,
                     self._clip_table), self._clip_table)
         self._make_executor = make_executor  # again when a data change moves to another index (update_index)
-        self._datasets = {dataset.index.fingerprint: dataset}  # one dataset per index the schedule draws from
+        self._datasets = {dataset.index.fingerprint: dataset}  # the running index's dataset (changes.py: only it)
         self._epoch_planned = False  # a pass of the selected epoch was planned (its data can no longer change)
         self._executor = make_executor(dataset)  # DALI's workers start now, before the user's CUDA work
         self.device = self._executor.device

@@ -9,6 +9,7 @@ nothing touches CUDA.
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 
@@ -75,6 +76,13 @@ def _unexpected_arguments(given: dict) -> str:
             f"{', '.join(_ARGUMENTS)}")
 
 
+def _options() -> tuple[str, ...]:
+    """The arguments of :class:`ImageDataset` but ``index``, read from its signature (a new argument is
+    kept across ``update_index`` without a list to update)."""
+    params = inspect.signature(ImageDataset.__init__).parameters.values()
+    return tuple(p.name for p in params if p.name not in ("self", "index") and p.kind == p.POSITIONAL_OR_KEYWORD)
+
+
 class ImageDataset(Dataset):
     """A torch Dataset over a :class:`SampleIndex` that applies an :class:`AugmentSpec`.
 
@@ -116,11 +124,17 @@ class ImageDataset(Dataset):
             raise ConfigError(f"ImageDataset: seed={seed!r}; must be a non-negative integer")
         self.index, self.spec, self.seed, self.epoch = index, spec, int(seed), 0
         self.on_error = check_on_error(on_error)
+        self.options = {name: value for name, value in locals().items() if name in _options()}
         self.reader = SampleReader.for_index(index, self.seed, cache=cache, cache_dir=cache_dir,
                                              cache_limit_bytes=cache_limit_bytes)
 
     def __len__(self) -> int:
         return len(self.index)
+
+    def with_index(self, index: SampleIndex) -> ImageDataset:
+        """A dataset over ``index`` with every other argument this one was given (``options``: each
+        argument of the signature but ``index``), for a loader's ``update_index``."""
+        return type(self)(index, **self.options)
 
     def set_epoch(self, epoch: int) -> None:
         """Epoch used for the parameters of plain integer indices (Draws carry their own)."""
