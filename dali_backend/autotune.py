@@ -54,11 +54,15 @@ def candidates(backend: str, cores: int) -> list[int]:
     return out
 
 
-def _cache_path() -> Path:
-    """``$XDG_CACHE_HOME/dali_backend/autotune.json``; an empty or relative ``XDG_CACHE_HOME`` counts as
-    unset (the XDG rule): ``~/.cache/dali_backend/autotune.json``."""
+def cache_home() -> Path:
+    """This library's folder in the user's cache: ``$XDG_CACHE_HOME/dali_backend``, where an empty or
+    relative ``XDG_CACHE_HOME`` counts as unset (the XDG rule): ``~/.cache/dali_backend``."""
     base = os.environ.get("XDG_CACHE_HOME", "")
-    return (Path(base) if os.path.isabs(base) else Path.home() / ".cache") / "dali_backend" / CACHE_FILE
+    return (Path(base) if os.path.isabs(base) else Path.home() / ".cache") / "dali_backend"
+
+
+def _cache_path() -> Path:
+    return cache_home() / CACHE_FILE
 
 
 def _key(dataset, batch_size: int, backend: str, cores: int) -> str:

@@ -54,11 +54,14 @@ def plant(ds, backend: str, entry) -> Path:
 
 
 def test_empty_or_relative_xdg_cache_home_means_unset(monkeypatch, tmp_path):
+    from dali_backend.cliargs import default_cache
+
     monkeypatch.setenv("HOME", str(tmp_path))
     home_cache = tmp_path / ".cache" / "dali_backend" / "autotune.json"
     for value in ("", "relative/cache"):
         monkeypatch.setenv("XDG_CACHE_HOME", value)
         assert autotune._cache_path() == home_cache
+        assert default_cache() == home_cache.parent  # the demo's synthetic data: the same rule
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert autotune._cache_path() == home_cache
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
