@@ -29,7 +29,7 @@ from .clips import ClipSampler
 from .dali.executor import _DaliExecutor
 from .dali.runner import _DaliRunner
 from .changes import DataChangesMixin
-from .clipbatches import ClipBatchesMixin, _check_clips, _sizes
+from .clipbatches import ClipBatchesMixin, _check_clips, _sizes, clip_rows
 from .epochs import EpochLoaderMixin
 from .errors import ConfigError, ExecutorFailed, LoaderClosedError, StaleIteratorError
 from .reading import check_on_error
@@ -275,11 +275,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         position: the executors run them as ordinary samples, and every frame of the clip gets the
         clip's augmentation parameters (they are a function of the position)."""
         if isinstance(self.sampler, ClipSampler):
-            clips, positions = self.sampler.rank_draw(epoch)
-            frames = self.sampler.frames(clips)
-            rows = np.stack([frames.reshape(-1), np.full(frames.size, epoch, np.int64),
-                             np.repeat(positions, self.clip_len)], axis=1)
-            return planned_rows(rows)
+            return planned_rows(clip_rows(self.sampler, epoch, *self.sampler.rank_draw(epoch, offset=offset)))
         rows = plan_epoch(self.sampler, epoch, offset)
         n = len(self.dataset.index)
         if rows.size and (rows[:, 0].min() < 0 or rows[:, 0].max() >= n):
@@ -373,7 +369,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         key = None
         if isinstance(self.sampler, WeightedSampler) and not self._pass_offset:
             key = ((id(self.sampler), self.sampler.schedule.version), epoch, self._batches_done)
-        elif isinstance(self.sampler, ClipSampler):
+        elif isinstance(self.sampler, ClipSampler) and not self._pass_offset:
             key = (id(self.sampler), epoch, self._batches_done)
         return self._executor.run(rows, key, self._rows)
 
