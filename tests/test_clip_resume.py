@@ -6,11 +6,10 @@ state is saved, and every new rank loads it."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from conftest import KINDS, jpeg_bytes, write
+from resume_harness import resume_on, save_one_rank
 from dali_backend import AugmentSpec, ConfigError, DaliLoader, SampleIndex
 from dali_backend.clips import ClipSampler
 from fallback import ImageDataset
@@ -60,15 +59,7 @@ def check_exactly_once(ds, draws: list[tuple[int, int]]):
 
 
 def save(ds, old: int, kind: str, cut: int, saver: int) -> tuple[list, dict]:
-    before = loaders(ds, old, kind)
-    drawn = []
-    for loader in before:  # every rank at the same batch when the state is taken
-        loader.set_epoch(EPOCH)
-        drawn += run(loader, cut)
-    state = json.loads(json.dumps(before[saver].state_dict()))  # one rank's state, through JSON
-    for loader in before:
-        loader.close()
-    return drawn, state
+    return save_one_rank(loaders(ds, old, kind), EPOCH, run, cut, saver)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -77,15 +68,9 @@ def save(ds, old: int, kind: str, cut: int, saver: int) -> tuple[list, dict]:
 def test_a_clip_state_resumes_on_any_rank_and_world_size(ds, kind, old, new, cut, saver):
     drawn, state = save(ds, old, kind, cut, saver)
     after = loaders(ds, new, kind)
-    resumed = []
-    for loader in after:
-        loader.load_state_dict(state)
-        loader.set_epoch(EPOCH)  # a training loop calls this again: the resumption stays pending
-        resumed += run(loader)
+    resumed, stats = resume_on(after, state, EPOCH, run)
     check_exactly_once(ds, drawn + resumed)
     assert state["global"]["consumed"] == cut * BATCH * old and state["sampler"]["type"] == "ClipSampler"
-    stats = [loader.stats() for loader in after]
-    assert all(st["accounted"] == st["draws"] for st in stats), stats
     assert sum(st["resumed"] for st in stats) == cut * BATCH * old
     for loader in after:  # the next epoch is a normal epoch on the new ranks
         loader.set_epoch(EPOCH + 1)
