@@ -52,7 +52,6 @@ def resolve_item(item, default_epoch: int) -> tuple[int, int | None, int, int]:
     return draw.index, None if plain else draw.epoch, draw.epoch, draw.position
 
 
-_ARGUMENTS = ("index", "spec", "seed", "on_error", "cache", "cache_dir", "cache_limit_bytes")
 _SPEC_HOW = ("ImageDataset(index, AugmentSpec(ops=[...])) with operations of dali_backend.transforms, or "
              "ImageDataset(index, AugmentSpec.from_torchvision(compose)) to translate a torchvision Compose")
 
@@ -70,10 +69,11 @@ def _unexpected_arguments(given: dict) -> str:
         return ("ImageDataset: target_transform= is not supported: labels are the index's class ids "
                 "(index.classes names them); remap them in your training step, or on every batch with "
                 "DaliLoader(..., batch_transform=fn(images, labels))")
-    close = {n: difflib.get_close_matches(n, _ARGUMENTS, n=1) for n in names}
+    arguments = ("index", *_options())
+    close = {n: difflib.get_close_matches(n, arguments, n=1) for n in names}
     said = ", ".join(f"{n}=" + (f" (did you mean {close[n][0]}=?)" if close[n] else "") for n in names)
     return (f"ImageDataset got unexpected argument{'s' if len(names) != 1 else ''} {said}; its arguments are "
-            f"{', '.join(_ARGUMENTS)}")
+            f"{', '.join(arguments)}")
 
 
 def _options() -> tuple[str, ...]:
