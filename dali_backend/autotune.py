@@ -7,10 +7,12 @@ time budget; the choice is the *smallest* setting within :data:`WITHIN` of the b
 workers cost memory and cores the training step may need). Candidates never exceed the cores this
 process may use divided by the processes torchrun started on this node.
 
-The choice is cached per machine and data set (``$XDG_CACHE_HOME/dali_backend/autotune.json``: host,
-cores, local ranks, backend, index fingerprint, spec, batch size), so later runs start at once; pass
-``DALI_BACKEND_AUTOTUNE=refresh`` to measure again. Every measurement is logged (INFO) and kept on
-the loader as ``loader.autotune``.
+The choice is cached per machine and data set (``$XDG_CACHE_HOME/dali_backend/autotune.json``, or
+``~/.cache/dali_backend/`` when that is unset or empty: host, cores, local ranks, backend, index
+fingerprint, spec, batch size), so later runs start at once; pass ``DALI_BACKEND_AUTOTUNE=refresh`` to
+measure again. A cache that is not a regular file, not JSON, or whose entry lacks a field, has a field of
+another type, or chose a setting this machine's cores do not allow, is measured again.
+Every measurement is logged (INFO) and kept on the loader as ``loader.autotune``.
 """
 
 from __future__ import annotations
@@ -52,8 +54,15 @@ def candidates(backend: str, cores: int) -> list[int]:
     return out
 
 
+def cache_home() -> Path:
+    """This library's folder in the user's cache: ``$XDG_CACHE_HOME/dali_backend``, where an empty or
+    relative ``XDG_CACHE_HOME`` counts as unset (the XDG rule): ``~/.cache/dali_backend``."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(base) if os.path.isabs(base) else Path.home() / ".cache") / "dali_backend"
+
+
 def _cache_path() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dali_backend" / CACHE_FILE
+    return cache_home() / CACHE_FILE
 
 
 def _key(dataset, batch_size: int, backend: str, cores: int) -> str:
@@ -65,11 +74,37 @@ def _key(dataset, batch_size: int, backend: str, cores: int) -> str:
 
 
 def _read_cache() -> dict:
+    """The cache's entries; ``{}`` for none yet, a damaged one, or anything but a regular file at the
+    path (a FIFO would block ``open()``): measured again and rewritten."""
+    from .jpeg import open_regular
+
     try:
-        data = json.loads(_cache_path().read_text())
+        with open_regular(_cache_path()) as f:
+            data = json.loads(f.read().decode("utf-8"))
         return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}  # no cache yet, or a damaged one: measured again and rewritten
+    except (OSError, ValueError) as e:
+        if not isinstance(e, FileNotFoundError):
+            log.info("autotune: its cache %s cannot be used (%s); measuring again", _cache_path(), e)
+        return {}
+
+
+def _entry_problem(entry, backend: str, cores: int) -> str | None:
+    """Why a cached ``entry`` cannot be used on this machine (None: it can): its fields and types are
+    those :func:`choose_workers` writes, and its choice is one of this machine's candidates (so never
+    more workers than the usable cores)."""
+    if not isinstance(entry, dict):
+        return f"an entry of type {type(entry).__name__}, not an object"
+    chosen, table = entry.get("chosen"), entry.get("table")
+    if isinstance(chosen, bool) or not isinstance(chosen, int):
+        return f"chosen={chosen!r}, not an integer"
+    if chosen not in candidates(backend, cores):
+        return f"chosen={chosen} is not a setting for {cores} usable cores ({candidates(backend, cores)})"
+    if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, (int, float))
+                                              and not isinstance(v, bool) for k, v in table.items()):
+        return f"table={table!r}, not a mapping of settings to img/s"
+    if str(chosen) not in table:
+        return f"chosen={chosen} was not measured (table {table})"
+    return None
 
 
 def _write_cache(entries: dict) -> None:
@@ -111,7 +146,11 @@ def choose_workers(make_loader, dataset, batch_size: int, backend: str,
     cores = usable_cores()
     key = _key(dataset, batch_size, backend, cores)
     cache = _read_cache()
-    if key in cache and os.environ.get("DALI_BACKEND_AUTOTUNE") != "refresh":
+    problem = _entry_problem(cache[key], backend, cores) if key in cache else None
+    if problem:
+        log.info("autotune: the cached entry for this machine and data set cannot be used (%s); measuring again",
+                 problem)
+    if key in cache and not problem and os.environ.get("DALI_BACKEND_AUTOTUNE") != "refresh":
         entry = cache[key]
         log.info("autotune: num_workers=%d for this machine and data set (cached in %s; measured %s)",
                  entry["chosen"], _cache_path(), entry["table"])

@@ -88,24 +88,37 @@ class DataChangesMixin:
 
     def _use_dataset_of(self, epoch: int) -> None:
         """Switch to a dataset over the index ``epoch`` draws from (after an ``update_index``), restarting
-        the executor's workers, which hold the dataset."""
+        the executor's workers, which hold the dataset.
+
+        The new dataset is the old one's arguments over the other index (:meth:`ImageDataset.with_index`:
+        every argument kept, ``cache_dir`` and ``cache`` among them). Only the running index's dataset is
+        kept: the one left gives its RAM cache (``cache=True``) back before the new one fills its own, so
+        the shared memory holds about one copy of the data however many updates there were; an epoch
+        that draws from an older index again gets a dataset rebuilt over it."""
         if not isinstance(self.sampler, WeightedSampler) or len(self.sampler.schedule.generations) == 1:
             return
         index = self.sampler.index_at(epoch)
         if index.fingerprint == self.dataset.index.fingerprint:
             return
-        ds = self._datasets.get(index.fingerprint)
-        if ds is None:
-            old = self.dataset
-            ds = type(old)(index, old.spec, seed=old.seed, on_error=old.on_error,
-                           cache=getattr(old.reader, "cache", None) is not None)
-            self._datasets[index.fingerprint] = ds
-        ds.set_epoch(epoch)
         if self._telemetry is not None:
             self._telemetry.switch_executor(None)  # the old engine's time, read before it stops
         self._executor.close()
+        old = self.dataset
+        release_cache(old)
+        ds = old.with_index(index)
+        self._datasets = {index.fingerprint: ds}
+        ds.set_epoch(epoch)
         self.dataset = ds
         self._executor = self._make_executor(ds)
         if self._telemetry is not None:
             self._telemetry.switch_executor(self._executor)
         log.info("DaliLoader: epoch %d draws from another index (%d samples): workers restarted", epoch, len(index))
+
+
+def release_cache(dataset) -> None:
+    """Give ``dataset``'s RAM cache back (its reads go to the files from then on)."""
+    reader = getattr(dataset, "reader", None)
+    cache = getattr(reader, "cache", None)
+    if cache is not None:
+        reader.cache = None
+        cache.release()

@@ -295,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
                       epilog="-q/-v work before or after the subcommand.")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging: resolved arguments, backend choice, timings")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{demo,index,split,preview,bench}")
+    sub = p.add_subparsers(dest="command", required=True)
 
     def add(name: str, func, help: str, **kw) -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=help, description=help, parents=[common], **kw)
@@ -415,6 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="DaliLoader against the CPU fallback, the tutorial-style loader and the ceiling.")
     add_bench_arguments(b)
     b.set_defaults(prog=b.prog)
+    sub.metavar = "{" + ",".join(sub.choices) + "}"  # the usage line and errors name every subcommand
     return p
 
 

@@ -318,10 +318,22 @@ def data_or_index(text: str) -> Path | str:
     return path
 
 
+def _refuse_url(text: str, what: str) -> None:
+    """Outputs are local: a URL would become a local folder named ``s3:`` that reads like an upload."""
+    from .storage import is_url
+
+    if is_url(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a URL; outputs are written to local {what}s only (a URL would become a local folder "
+            f"named '{text.split('://', 1)[0]}:'). Write to a local path and upload it (e.g. aws s3 cp --recursive "
+            "OUT s3://bucket/prefix); an index is loaded from a local file, its data from a bucket with --root")
+
+
 def output_file(text: str) -> Path:
     """A file path that can be written: absent or a regular file (never a folder, FIFO, socket or device
-    such as ``/dev/null``, which would be replaced or written into), whose nearest existing parent is a
-    writable folder (missing parent folders are created by the command)."""
+    such as ``/dev/null``, which would be replaced or written into, nor a URL), whose nearest existing
+    parent is a writable folder (missing parent folders are created by the command)."""
+    _refuse_url(text, "file")
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a folder; pass a file name inside it, e.g. {Path(text) / 'out'}")
@@ -334,7 +346,8 @@ def output_file(text: str) -> Path:
 
 
 def output_dir(text: str) -> Path:
-    """A folder to write into: an existing writable folder, or one that can be created."""
+    """A folder to write into: an existing writable folder, or one that can be created (not a URL)."""
+    _refuse_url(text, "folder")
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder; pass a folder path")
@@ -416,8 +429,11 @@ def run_command(parser: argparse.ArgumentParser, argv: list[str] | None, log: lo
 
 # ------------------------------------------------------------------------------------------ shared helpers
 def default_cache() -> Path:
-    """Where synthetic data sets are generated: ``$XDG_CACHE_HOME/dali_backend`` (default ``~/.cache``)."""
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dali_backend"
+    """Where synthetic data sets are generated: ``$XDG_CACHE_HOME/dali_backend`` (unset or empty:
+    ``~/.cache/dali_backend``)."""
+    from .autotune import cache_home
+
+    return cache_home()
 
 
 def add_index_load_arguments(p: argparse.ArgumentParser) -> None:

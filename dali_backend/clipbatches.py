@@ -27,6 +27,14 @@ def _check_clips(dataset, sampler) -> int:
     return sampler.clip_len
 
 
+def clip_rows(sampler: ClipSampler, epoch: int, clips: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """``[n * T, 3]`` rows (sample index, epoch, position) of clip draws: each clip's frames in order,
+    each with the clip's epoch and position (so every frame gets the clip's augmentation parameters)."""
+    frames = sampler.frames(clips)
+    return np.stack([frames.reshape(-1), np.full(frames.size, epoch, np.int64),
+                     np.repeat(np.asarray(positions, np.int64), sampler.clip_len)], axis=1)
+
+
 class ClipBatchesMixin:
     """Regrouping for a loader whose sampler is a :class:`ClipSampler` (``clip_len``, ``_pass_clips``)."""
 
@@ -34,7 +42,7 @@ class ClipBatchesMixin:
         """``[n, 2]`` (clip number, position) of this pass's clip draws (None without clips)."""
         if not isinstance(self.sampler, ClipSampler):
             return None
-        clips, positions = self.sampler.rank_draw(epoch)
+        clips, positions = self.sampler.rank_draw(epoch, offset=self._pass_offset)
         return np.stack([clips, positions], axis=1)[:n]
 
     def _clip_output(self, batch: Batch, images: torch.Tensor, per_draw) -> tuple:

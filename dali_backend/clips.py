@@ -210,9 +210,27 @@ class ClipSampler(Sampler[Clip]):
         """The epoch's clip numbers for all ranks together, before padding."""
         return self._sampler.global_draw(epoch)
 
-    def rank_draw(self, epoch: int | None = None) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-        """``(clip numbers, positions)`` this rank yields in ``epoch`` (default: the current one)."""
-        return self._sampler.rank_draw(epoch)
+    def rank_draw(self, epoch: int | None = None, offset: int = 0) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """``(clip numbers, positions)`` this rank yields in ``epoch`` (default: the current one); from
+        global position ``offset`` on when given (an elastic resumption, as WeightedSampler's)."""
+        return self._sampler.rank_draw(epoch, offset=offset)
+
+    # a resumption on another rank or number of ranks: the same partition rule as WeightedSampler's
+    consumes_prefix = True  # every rank's batches are strided shares of one global draw
+
+    def partition_draw(self, epoch: int, offset: int, rank: int, world_size: int
+                       ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """``(clip numbers, positions)`` rank ``rank`` of ``world_size`` yields in ``epoch`` from global
+        position ``offset`` on (:meth:`WeightedSampler.partition_draw` over the clips)."""
+        return self._sampler.partition_draw(epoch, offset, rank, world_size)
+
+    def num_samples_at(self, epoch: int) -> int:
+        """Global clip draws of ``epoch`` (the clips do not change between epochs: ``num_samples``)."""
+        return self._sampler.num_samples_at(epoch)
+
+    def rank_len(self, num_samples: int, world_size: int | None = None) -> int:
+        """Clips a rank yields from ``num_samples`` global draws over ``world_size`` ranks (padding included)."""
+        return self._sampler.rank_len(num_samples, world_size)
 
     @property
     def num_padded(self) -> int:

@@ -10,8 +10,9 @@ and the batches yielded so far; after ``load_state_dict(sd)`` the next iteration
 exactly the remaining batches (any ``num_workers``, either backend). ``set_epoch`` with the same
 epoch keeps the pending resumption, another epoch cancels it.
 
-Elastic resumption (a :class:`~dali_backend.sampler.WeightedSampler` state loaded by a loader whose
-sampler has another world size or rank): in data-parallel training every rank yields its k-th batch
+Elastic resumption (a :class:`~dali_backend.sampler.WeightedSampler` state, or a
+:class:`~dali_backend.clips.ClipSampler` one, loaded by a loader whose sampler has another world size or
+rank): in data-parallel training every rank yields its k-th batch
 together (one optimiser step is one batch on every rank), and rank ``r`` of ``W`` holds the global
 draw's positions ``r, r + W, r + 2W, ...`` (:func:`~dali_backend.sampler.rank_slice`), so after ``k``
 batches of ``B`` on every rank exactly the global positions ``[0, k * B * W)`` were delivered: a
@@ -225,9 +226,10 @@ class EpochLoaderMixin:
         draws: resuming checks the sampler plans the same ones (a random sampler that does not repeat
         its order is refused rather than silently resumed wrong).
 
-        With a :class:`WeightedSampler` the state also holds ``global`` (the global draws of the epoch
-        consumed by all ranks together, for a resumption on another number of ranks: see the module
-        docstring) and ``data`` (the scheduled data changes: indexes by fingerprint, excluded files
+        With a :class:`WeightedSampler` (or a :class:`~dali_backend.clips.ClipSampler`, counting clips) the
+        state also holds ``global`` (the global draws of the epoch consumed by all ranks together, for a
+        resumption on another rank or number of ranks: see the module docstring); with a
+        :class:`WeightedSampler`, ``data`` (the scheduled data changes: indexes by fingerprint, excluded files
         by path). All of it is JSON.
         """
         epoch = self._sampler_epoch()
@@ -245,8 +247,9 @@ class EpochLoaderMixin:
                  "batch_size": self.batch_size, "index_fingerprint": self._index_at(epoch).fingerprint,
                  "sampler": sampler_identity(self.sampler, self.dataset, epoch if isinstance(self.sampler, WeightedSampler) else None),
                  "plan": digest}
-        if isinstance(self.sampler, WeightedSampler):
+        if _partitioned(self.sampler):
             state["global"] = self._global_state(epoch, offset, done)
+        if isinstance(self.sampler, WeightedSampler):
             state["data"] = self.sampler.schedule.state()
         return state
 
@@ -274,9 +277,9 @@ class EpochLoaderMixin:
         range, or saved with another index, batch size, sampler (type, seed, length, rank...) or
         augmentation seed: resuming it would silently repeat or skip samples.
 
-        A :class:`WeightedSampler` state may be loaded by a loader whose sampler has another world
-        size or rank (an elastic resumption): the draws of the epoch not yet consumed by the old
-        ranks together are dealt out over the new ones, each exactly once (padding aside); only the
+        A :class:`WeightedSampler` (or :class:`~dali_backend.clips.ClipSampler`) state may be loaded by a
+        loader whose sampler has another world size or rank (an elastic resumption): the draws of the
+        epoch not yet consumed by the old ranks together are dealt out over the new ones, each exactly once (padding aside); only the
         rank and world size may differ, and the state of any one old rank will do (see the module
         docstring for what is assumed and checked). The state's data schedule (``exclude`` /
         ``update_index``) replaces this loader's.
@@ -312,7 +315,7 @@ class EpochLoaderMixin:
             raise ConfigError("load_state_dict: the state was saved with another sample index (fingerprints differ); "
                               "resume with the same index file")
         glob = state.get("global")
-        if weighted and isinstance(glob, dict) and (glob.get("offset") or glob.get("rank") != self.sampler.rank
+        if _partitioned(self.sampler) and isinstance(glob, dict) and (glob.get("offset") or glob.get("rank") != self.sampler.rank
                                                     or glob.get("world_size") != self.sampler.world_size):
             return self._load_elastic(state, epoch, glob)
         if state["batch_size"] != self.batch_size or state["batches_per_epoch"] != self._len_at(epoch):
@@ -389,9 +392,14 @@ class EpochLoaderMixin:
             if not isinstance(plan, str):
                 raise ConfigError(f"load_state_dict: plan={plan!r}; must be the digest string state_dict() wrote")
             idx, pos = s.partition_draw(epoch, offset, rank, world)
-            rows = np.stack([idx, np.full_like(idx, epoch), pos], axis=1)
             if old_drop:
-                rows = rows[:len(rows) // self.batch_size * self.batch_size]
+                keep = len(idx) // self.batch_size * self.batch_size
+                idx, pos = idx[:keep], pos[:keep]
+            rows = np.stack([idx, np.full_like(idx, epoch), pos], axis=1)
+            if not isinstance(s, WeightedSampler):  # a ClipSampler: the plan holds each clip's frames
+                from .clipbatches import clip_rows
+
+                rows = clip_rows(s, epoch, idx, pos)
             if plan_digest(rows) != plan:
                 raise ConfigError(f"load_state_dict: this sampler plans another order for rank {rank} of {world} in "
                                   f"epoch {epoch} than the one the state was saved from (plan {plan[:8]}... now "
@@ -400,6 +408,15 @@ class EpochLoaderMixin:
         self.set_epoch(epoch)
         self._resume, self._elastic = None, (epoch, consumed)
         self._batches_done, self._progress_epoch, self._pass_offset = 0, epoch, consumed
+
+
+def _partitioned(sampler) -> bool:
+    """Whether ``sampler`` deals one global draw out over its ranks (a :class:`WeightedSampler`, or a
+    :class:`~dali_backend.clips.ClipSampler` over one): its state then resumes on any rank and number of
+    ranks (``global``)."""
+    from .clips import ClipSampler
+
+    return isinstance(sampler, (WeightedSampler, ClipSampler))
 
 
 def plan_digest(plan: np.ndarray) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Literal
 
@@ -29,7 +30,7 @@ from .clips import ClipSampler
 from .dali.executor import _DaliExecutor
 from .dali.runner import _DaliRunner
 from .changes import DataChangesMixin
-from .clipbatches import ClipBatchesMixin, _check_clips, _sizes
+from .clipbatches import ClipBatchesMixin, _check_clips, _sizes, clip_rows
 from .epochs import EpochLoaderMixin
 from .errors import ConfigError, ExecutorFailed, LoaderClosedError, StaleIteratorError
 from .reading import check_on_error
@@ -196,16 +197,20 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         self._epoch_chosen = False  # set_epoch/load_state_dict since the last pass began
         self._last_pass_epoch: tuple | None = None  # (epoch, the sampler's set_epoch count) of the last pass
         self._executor: Executor
+        # the executor factory reads the loader through a weak proxy: a closure over `self` would make a
+        # cycle, and a loader dropped without close() would keep its workers until the garbage collector
+        # runs (maybe inside a worker forked by a later loader, which then tries to stop them)
+        owner = weakref.proxy(self)
         if not dali:
             from ._own import own
 
             def make_executor(ds) -> Executor:
                 return own("fallback.executor").TorchExecutor(
-                    ds, frames_per_batch, self.on_error, num_workers=self.num_workers, pin_memory=pin_memory,
+                    ds, frames_per_batch, owner.on_error, num_workers=owner.num_workers, pin_memory=pin_memory,
                     timeout=timeout, worker_init_fn=worker_init_fn, prefetch_factor=prefetch_factor,
                     persistent_workers=persistent_workers, multiprocessing_context=context,
-                    pin_memory_device=pin_memory_device, with_params=self.return_meta, timed=bool(telemetry),
-                    clips=self._clip_table)
+                    pin_memory_device=pin_memory_device, with_params=owner.return_meta, timed=bool(telemetry),
+                    clips=owner._clip_table)
         else:
             if py_start_method is None and context_method in ("fork", "spawn"):
                 py_start_method = context_method
@@ -213,12 +218,12 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
                 prefetch_queue_depth = prefetch_factor
 
             def make_executor(ds) -> Executor:
-                return _DaliExecutor(ds, self.on_error, (
-                    ds, frames_per_batch, self.backend, device_id, self.num_workers, prefetch_queue_depth,
-                    hw_decoder_load, py_start_method, self.on_error, float(timeout), worker_init_fn, self.return_meta,
-                    self._clip_table), self._clip_table)
+                return _DaliExecutor(ds, owner.on_error, (
+                    ds, frames_per_batch, owner.backend, device_id, owner.num_workers, prefetch_queue_depth,
+                    hw_decoder_load, py_start_method, owner.on_error, float(timeout), worker_init_fn, owner.return_meta,
+                    owner._clip_table), owner._clip_table)
         self._make_executor = make_executor  # again when a data change moves to another index (update_index)
-        self._datasets = {dataset.index.fingerprint: dataset}  # one dataset per index the schedule draws from
+        self._datasets = {dataset.index.fingerprint: dataset}  # the running index's dataset (changes.py: only it)
         self._epoch_planned = False  # a pass of the selected epoch was planned (its data can no longer change)
         self._executor = make_executor(dataset)  # DALI's workers start now, before the user's CUDA work
         self.device = self._executor.device
@@ -275,11 +280,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         position: the executors run them as ordinary samples, and every frame of the clip gets the
         clip's augmentation parameters (they are a function of the position)."""
         if isinstance(self.sampler, ClipSampler):
-            clips, positions = self.sampler.rank_draw(epoch)
-            frames = self.sampler.frames(clips)
-            rows = np.stack([frames.reshape(-1), np.full(frames.size, epoch, np.int64),
-                             np.repeat(positions, self.clip_len)], axis=1)
-            return planned_rows(rows)
+            return planned_rows(clip_rows(self.sampler, epoch, *self.sampler.rank_draw(epoch, offset=offset)))
         rows = plan_epoch(self.sampler, epoch, offset)
         n = len(self.dataset.index)
         if rows.size and (rows[:, 0].min() < 0 or rows[:, 0].max() >= n):
@@ -373,9 +374,15 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         key = None
         if isinstance(self.sampler, WeightedSampler) and not self._pass_offset:
             key = ((id(self.sampler), self.sampler.schedule.version), epoch, self._batches_done)
-        elif isinstance(self.sampler, ClipSampler):
+        elif isinstance(self.sampler, ClipSampler) and not self._pass_offset:
             key = (id(self.sampler), epoch, self._batches_done)
-        return self._executor.run(rows, key, self._rows)
+        planner = weakref.WeakMethod(self._rows)  # the DALI runner keeps it to plan ahead: no cycle through it
+
+        def plan_next(epoch: int) -> np.ndarray | None:
+            rows_of = planner()
+            return None if rows_of is None else rows_of(epoch)
+
+        return self._executor.run(rows, key, plan_next)
 
     @property
     def _runner(self) -> _DaliRunner | None:

@@ -143,13 +143,23 @@ class EncodedCache:
         self.buf = buf
         log.info("cached %d of %d files in shared memory: %.1f MB", int(self.present.sum()), len(sizes), self.nbytes / 1e6)
 
+    def release(self) -> None:
+        """Give the shared memory back now (its name is unlinked at once, its pages once no view of them
+        is left); every later ``get`` misses, so reads go to the files."""
+        self.present = np.zeros_like(self.present)
+        self.buf = None
+        self._finalizer()
+
     @staticmethod
     def _release(shm, owner_pid: int) -> None:
-        try:
-            shm.close()
+        try:  # unlinked first: a view still alive (BufferError on close) must not keep the name in /dev/shm
             if os.getpid() == owner_pid:
                 shm.unlink()
-        except (FileNotFoundError, BufferError):
+        except FileNotFoundError:
+            pass
+        try:
+            shm.close()
+        except BufferError:
             pass
 
     def __getstate__(self):

@@ -286,6 +286,11 @@ def verdict(m: dict, cores: int | None = None) -> str:
         return "\n".join(lines)
     if m["backend"] == "dali-gpu":
         stages.pop("decode+augment", None)  # on the GPU: not CPU time
+        if not stages:
+            lines.append("Verdict: the loader is the bottleneck, and no CPU stage was measured: on the GPU the decoder "
+                         "and the operations are not in these CPU figures, so the GPU decoder is the likely limit "
+                         "(try hw_decoder_load=0.9, or smaller images).")
+            return "\n".join(lines)
     worst = max(stages, key=stages.get)
     what, advice = STAGE_ADVICE[worst]
     lines.append(f"Verdict: the loader is the bottleneck, and its largest cost is {what}: {stages[worst]:.2f} ms per "

@@ -9,6 +9,7 @@ nothing touches CUDA.
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 
@@ -51,7 +52,6 @@ def resolve_item(item, default_epoch: int) -> tuple[int, int | None, int, int]:
     return draw.index, None if plain else draw.epoch, draw.epoch, draw.position
 
 
-_ARGUMENTS = ("index", "spec", "seed", "on_error", "cache", "cache_dir", "cache_limit_bytes")
 _SPEC_HOW = ("ImageDataset(index, AugmentSpec(ops=[...])) with operations of dali_backend.transforms, or "
              "ImageDataset(index, AugmentSpec.from_torchvision(compose)) to translate a torchvision Compose")
 
@@ -69,10 +69,18 @@ def _unexpected_arguments(given: dict) -> str:
         return ("ImageDataset: target_transform= is not supported: labels are the index's class ids "
                 "(index.classes names them); remap them in your training step, or on every batch with "
                 "DaliLoader(..., batch_transform=fn(images, labels))")
-    close = {n: difflib.get_close_matches(n, _ARGUMENTS, n=1) for n in names}
+    arguments = ("index", *_options())
+    close = {n: difflib.get_close_matches(n, arguments, n=1) for n in names}
     said = ", ".join(f"{n}=" + (f" (did you mean {close[n][0]}=?)" if close[n] else "") for n in names)
     return (f"ImageDataset got unexpected argument{'s' if len(names) != 1 else ''} {said}; its arguments are "
-            f"{', '.join(_ARGUMENTS)}")
+            f"{', '.join(arguments)}")
+
+
+def _options() -> tuple[str, ...]:
+    """The arguments of :class:`ImageDataset` but ``index``, read from its signature (a new argument is
+    kept across ``update_index`` without a list to update)."""
+    params = inspect.signature(ImageDataset.__init__).parameters.values()
+    return tuple(p.name for p in params if p.name not in ("self", "index") and p.kind == p.POSITIONAL_OR_KEYWORD)
 
 
 class ImageDataset(Dataset):
@@ -116,11 +124,17 @@ class ImageDataset(Dataset):
             raise ConfigError(f"ImageDataset: seed={seed!r}; must be a non-negative integer")
         self.index, self.spec, self.seed, self.epoch = index, spec, int(seed), 0
         self.on_error = check_on_error(on_error)
+        self.options = {name: value for name, value in locals().items() if name in _options()}
         self.reader = SampleReader.for_index(index, self.seed, cache=cache, cache_dir=cache_dir,
                                              cache_limit_bytes=cache_limit_bytes)
 
     def __len__(self) -> int:
         return len(self.index)
+
+    def with_index(self, index: SampleIndex) -> ImageDataset:
+        """A dataset over ``index`` with every other argument this one was given (``options``: each
+        argument of the signature but ``index``), for a loader's ``update_index``."""
+        return type(self)(index, **self.options)
 
     def set_epoch(self, epoch: int) -> None:
         """Epoch used for the parameters of plain integer indices (Draws carry their own)."""

@@ -10,6 +10,7 @@ single channel 64 KB, 12x less to pickle, copy through shared memory and collate
 from __future__ import annotations
 
 import functools
+import os
 import time
 import weakref
 from collections.abc import Iterator
@@ -151,6 +152,27 @@ class _PlannedBatches(Sampler[list[Draw]]):
         return -(-len(self.executor.rows) // self.executor.batch_size)
 
 
+_EXECUTORS: weakref.WeakSet = weakref.WeakSet()  # every live executor of this process
+
+
+def _forget_inherited_workers() -> None:
+    """In a process just forked from this one (a DataLoader or DALI worker of a later loader): the
+    DataLoader iterators of the executors it inherited belong to the parent, and so do their workers.
+    They are marked shut down, so that collecting them here (a loader dropped without close() in a
+    reference cycle) does not try to stop processes this one does not own: torch's
+    "AssertionError: can only test a child process", printed as "Exception ignored in ...". A plain
+    DataLoader's iterator has no cycle and is gone before the fork."""
+    for executor in list(_EXECUTORS):
+        running = executor._pass_batches() if executor._pass_batches is not None else None
+        for it in (getattr(getattr(executor, "_loader", None), "_iterator", None), running):
+            if it is not None and hasattr(it, "_shutdown"):
+                it._shutdown = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_inherited_workers)
+
+
 class TorchExecutor:
     """Runs planned batches through a ``DataLoader`` of OpenCV workers (the ``torch`` backend).
 
@@ -171,6 +193,7 @@ class TorchExecutor:
         self._trim = EveryNth(BATCHES_PER_TRIM)
         self._closed = False
         self._pass_batches: weakref.ref | None = None  # the running pass's DataLoader iterator
+        _EXECUTORS.add(self)
         workers = num_workers > 0
         extra = {"pin_memory_device": pin_memory_device} if pin_memory and pin_memory_device else {}
         self._loader = DataLoader(

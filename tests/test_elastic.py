@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import KINDS
+from resume_harness import resume_on, save_one_rank
 from dali_backend import AugmentSpec, ConfigError, DaliLoader, WeightedSampler
 from dali_backend.sampler import rank_slice, remainder_slice
 from fallback import ImageDataset
@@ -57,25 +58,11 @@ def check_exactly_once(ds, draws: list[tuple[int, int]], num_samples: int = NUM_
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("old, new, cut, saver", [(2, 1, 3, 0), (1, 3, 5, 0), (4, 2, 2, 3)])
 def test_resume_on_another_number_of_ranks_yields_every_draw_once(ds, kind, old, new, cut, saver):
-    before = loaders(ds, old, kind)
-    drawn = []
-    for loader in before:  # every rank at the same batch when the state is taken
-        loader.set_epoch(EPOCH)
-        drawn += run(loader, cut)
-    state = json.loads(json.dumps(before[saver].state_dict()))  # one rank's state, through JSON
+    drawn, state = save_one_rank(loaders(ds, old, kind), EPOCH, run, cut, saver)
     assert state["global"]["consumed"] == cut * BATCH * old
-    for loader in before:
-        loader.close()
-
     after = loaders(ds, new, kind)
-    resumed = []
-    for loader in after:
-        loader.load_state_dict(state)
-        loader.set_epoch(EPOCH)  # a training loop calls this again: the resumption stays pending
-        resumed += run(loader)
+    resumed, stats = resume_on(after, state, EPOCH, run)
     check_exactly_once(ds, drawn + resumed)
-    stats = [loader.stats() for loader in after]
-    assert all(st["accounted"] == st["draws"] for st in stats)
     assert sum(st["resumed"] for st in stats) == cut * BATCH * old
     assert sum(st["yielded"] for st in stats) == NUM_SAMPLES - cut * BATCH * old
     assert sum(st["padded"] for st in stats) == len([p for p, _ in resumed if p >= NUM_SAMPLES])
