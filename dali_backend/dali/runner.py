@@ -302,12 +302,16 @@ class _DaliRunner:
 
     # ------------------------------------------------------------------ running
     def _produce(self):
-        """In the pipeline thread: DALI's next batch (and, on the GPU, an event marking its copy done)."""
-        out = next(self.iterator)[0]
+        """In the pipeline thread: DALI's next batch (and, on the GPU, an event marking its copy done).
+
+        On the GPU the thread works on the loader's device (a new thread's current device is GPU 0:
+        torch work there, DALI's iterator's included, would otherwise initialise CUDA on GPU 0)."""
         if not self.gpu:
-            return out, None
-        done = torch.cuda.Event()
-        done.record(torch.cuda.current_stream(self.device))
+            return next(self.iterator)[0], None
+        with torch.cuda.device(self.device):
+            out = next(self.iterator)[0]
+            done = torch.cuda.Event()
+            done.record(torch.cuda.current_stream(self.device))
         return out, done
 
     def _call(self, keep: bool = True):
