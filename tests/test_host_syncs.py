@@ -206,3 +206,35 @@ def test_a_dali_gpu_pass_never_syncs_the_host_after_its_first_batch(defect_index
             torch.cuda.set_sync_debug_mode(0)
         torch.cuda.synchronize()
     assert seen == 36 and images.device.type == "cuda" and labels.device.type == "cuda"
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_the_data_wait_on_dali_gpu_is_host_wait_not_the_training_steps_gpu_time(defect_index):
+    """A GPU-bound training step (``torch.cuda._sleep`` on the consumer's stream, ~40 ms a batch, never
+    waited for by the host): the loader's data wait stays far below the GPU time of the steps. With a
+    host sync in ``next()`` every batch waited for the step before it, and telemetry blamed the loader."""
+    import time
+
+    from dali_backend import DaliLoader, WeightedSampler
+    from fallback import ImageDataset
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(10_000_000)
+    end.record()
+    end.synchronize()
+    cycles = int(10_000_000 * 40.0 / max(start.elapsed_time(end), 1e-3))  # ~40 ms of GPU time
+    ds = ImageDataset(defect_index, AugmentSpec(size=32), seed=0)
+    sampler = WeightedSampler(defect_index, num_samples=96, seed=2)
+    with DaliLoader(ds, batch_size=8, sampler=sampler, device="cuda", backend="dali", prefetch_queue_depth=2) as loader:
+        next(iter(loader))  # built and warm
+        t0 = time.perf_counter()
+        for images, labels in loader:
+            torch.cuda._sleep(cycles)  # the training step, queued behind the batch's copy
+        host_s = time.perf_counter() - t0
+        waited = loader.metrics()["data_wait_s"]
+        torch.cuda.synchronize()
+        gpu_s = time.perf_counter() - t0
+    assert gpu_s > 0.3, gpu_s  # 12 steps of ~40 ms ran on the GPU
+    assert waited < 0.5 * gpu_s, (waited, host_s, gpu_s)
