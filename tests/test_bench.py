@@ -186,9 +186,13 @@ def test_gpu_check_stage_limits_fit_one_device_command():
 
     text = (ROOT / "bench" / "gpu_check.sh").read_text()
     limits = [int(n) + int(k or 0) for k, n in re.findall(r"^\s*timeout (?:-s \w+ )?(?:-k (\d+) )?(\d+) ", text, re.M)]
-    assert len(limits) >= 8, limits
+    grace = int(re.search(r'timeout -s INT -k (\d+) "\$limit"', text).group(1))  # cuda_tests NAME LIMIT ...
+    limits += [int(n) + grace for n in re.findall(r"^\s*cuda_tests \w+ (\d+) ", text, re.M)]
+    assert len(limits) >= 12, limits
     assert sum(limits) <= 480, (limits, sum(limits))
     assert "--transforms" in text and "recipe-dali-gpu" in text and "--junitxml" in text
+    for covered in ("tests/test_host_syncs.py", "its_gpu", "gpu_probe telemetry", "gpu_probe hwjpeg", "dmon -s um"):
+        assert covered in text, covered
 
 
 def test_unavailable_contenders_are_skipped_with_the_reason(monkeypatch, caplog):
@@ -210,6 +214,18 @@ def test_unavailable_contenders_are_skipped_with_the_reason(monkeypatch, caplog)
     assert "skipping dali-gpu: no CUDA GPU" in caplog.text
     args = bench_main.build_parser().parse_args(["--only", "dali-gpu", "--no-plot"])
     assert bench_main.run(args) == 2  # nothing left to compare
+
+
+def test_the_hardware_decoders_use_is_read_from_dmons_jpg_column():
+    """``nvidia-smi dmon -s um -o T``: the jpg column's samples (a driver without it: unknown, not used)."""
+    from bench.gpu_probe import DMON_SAMPLE, parse_dmon
+
+    got = parse_dmon(DMON_SAMPLE + " 12:00:03      0     40     11      0      0      -      0   2210      4      0\n")
+    assert got == {"jpg_column": True, "samples": 2, "max_jpg_util_pct": 37, "busy_samples": 1}
+    old = "#Time gpu sm mem enc dec fb bar1\n#HH:MM:SS Idx % % % % MB MB\n 12:00:01 0 41 12 0 0 2210 4\n"
+    assert parse_dmon(old) == {"jpg_column": False, "samples": 0, "max_jpg_util_pct": None, "busy_samples": 0}
+    idle = DMON_SAMPLE.replace("     37", "      0")
+    assert parse_dmon(idle)["busy_samples"] == 0
 
 
 def test_a_failing_contender_is_reported_and_the_next_ones_run(tmp_path, monkeypatch, capsys):

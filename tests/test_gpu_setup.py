@@ -239,26 +239,47 @@ print(json.dumps({"images": images.device.index, "labels": labels.device.index, 
 """
 
 
+def visibility_settings(gpus: int) -> list[str | None]:
+    """``CUDA_VISIBLE_DEVICES`` values to run a rank under (None: unset): with several GPUs all of them,
+    all in reverse order and the last alone; with one, unset and ``"0"``."""
+    if gpus < 2:
+        return [None, "0"]
+    every = list(range(gpus))
+    return [None, ",".join(map(str, every[::-1])), str(every[-1])]
+
+
+def test_the_visibility_settings_permute_every_gpu():
+    assert visibility_settings(1) == [None, "0"]
+    assert visibility_settings(4) == [None, "3,2,1,0", "3"]
+
+
 @pytest.mark.cuda
 @needs_cuda
-def test_a_rank_decodes_on_its_gpu_and_creates_no_context_on_another(defect_root, tmp_path):
-    """Under torchrun with every GPU visible (``LOCAL_RANK`` = the last one), after CUDA is up without
-    ``set_device``: the batch is on that GPU and no other GPU gets a CUDA context from the loader. With
-    one GPU visible, ``LOCAL_RANK=3`` maps onto it. bench/gpu_check.sh runs this under several
-    ``CUDA_VISIBLE_DEVICES``."""
+@pytest.mark.parametrize("setting", range(3))
+def test_a_rank_decodes_on_its_gpu_and_creates_no_context_on_another(defect_root, setting):
+    """Under torchrun (``LOCAL_RANK`` = the last visible GPU, or 3 with one GPU visible: it maps onto it),
+    after CUDA is up without ``set_device``: the batch is on that GPU and the loader makes no CUDA
+    context on another GPU; under each of :func:`visibility_settings` (one child process each)."""
     import json
     import os
     import subprocess
     import sys
 
-    gpus = torch.cuda.device_count()
+    settings = visibility_settings(torch.cuda.device_count())
+    if setting >= len(settings):
+        pytest.skip(f"{len(settings)} CUDA_VISIBLE_DEVICES settings for this machine")
+    visible = settings[setting]
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    gpus = torch.cuda.device_count() if visible is None else len(visible.split(","))
     rank = gpus - 1 if gpus > 1 else 3
     want = rank % gpus
-    env = {**os.environ, "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(max(gpus, rank + 1)),
-           "PYTHONPATH": os.pathsep.join([os.getcwd(), os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])}
+    env.update(LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(max(gpus, rank + 1)),
+               PYTHONPATH=os.pathsep.join([os.getcwd(), os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-c", _CHILD_ON_ITS_GPU, str(defect_root), str(want)], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got["images"] == got["labels"] == want, got
-    assert set(got["after"]) - set(got["before"]) <= {want}, f"the loader made a CUDA context on another GPU: {got}"
+    assert got["images"] == got["labels"] == want, (visible, got)
+    assert set(got["after"]) - set(got["before"]) <= {want}, f"CUDA_VISIBLE_DEVICES={visible}: a context on another GPU: {got}"
