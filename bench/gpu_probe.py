@@ -60,10 +60,16 @@ def cmd_versions(args) -> int:
         import nvidia.dali as dali
 
         info["dali"] = dali.__version__
+        from nvidia.dali import backend
+
+        # what this wheel registers for the GPU (tests/test_gpu_graph.py checks the graphs against the
+        # CPU machines' wheel; this list shows whether the GPU machine's wheel registers the same)
+        ops = {"gpu": sorted(backend.RegisteredGPUOps()), "mixed": sorted(backend.RegisteredMixedOps())}
     except ImportError as e:
-        info["dali"] = f"not importable: {e}"
-    _write(args.out, "versions.json", info)
-    print(" | ".join(f"{k} {v}" for k, v in info.items()))
+        info["dali"], ops = f"not importable: {e}", {}
+    _write(args.out, "versions.json", {**info, "registered_ops": ops})
+    print(" | ".join(f"{k} {v}" for k, v in info.items()) + " | registered ops: "
+          + ", ".join(f"{len(v)} {k}" for k, v in ops.items()))
     return 0 if not str(info["dali"]).startswith("not importable") else 3
 
 
