@@ -117,7 +117,9 @@ def _child(args) -> int:
 
 def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[str], machine: dict) -> dict | None:
     """The comparison on one data set: every contender in its own process; writes ``out_json`` (and
-    the throughput chart at ``png``); returns the JSON document, or None when a contender failed."""
+    the throughput chart at ``png``); returns the JSON document. A contender that fails is reported
+    (its exit status and the end of its output, in the log and in the document's ``failed``) and the
+    next one runs: one failing GPU contender must not hide the others' figures."""
     from dali_backend.progress import track
 
     out_w, out_h = args.size
@@ -131,7 +133,7 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
         sequences = write_sequences(index, out_json.with_suffix(".sequences.csv"))
         clip_sampler(index, sequences, args.clip_len, args.clip_step)  # a ConfigError here, before any contender runs
         extra = ["--sequences", str(sequences), "--clip-len", str(args.clip_len), "--clip-step", str(args.clip_step)]
-    results = []
+    results, failed = [], {}
     for name in track(names, total=len(names), desc="bench", unit="contender"):
         cmd = [sys.executable, "-c", _CHILD, "--one", name, "--index", str(index_path), "--size", f"{out_w}x{out_h}",
                "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--workers", str(args.workers),
@@ -141,19 +143,24 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            log.error("%s failed (exit status %d); the end of its output:\n%s", name, proc.returncode, proc.stderr[-3000:])
-            return None
-        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            log.error("%s failed (exit status %d); the next contender runs; the end of its output:\n%s", name,
+                      proc.returncode, proc.stderr[-3000:])
+            failed[name] = {"exit_status": proc.returncode, "error": proc.stderr[-3000:]}
+        else:
+            results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         with open(out_json, "w") as f:  # after each contender: a run cut short keeps what it measured
-            json.dump({"machine": machine, "results": results, "complete": False}, f, indent=2)
+            json.dump({"machine": machine, "results": results, "failed": failed, "complete": False}, f, indent=2)
+        if name in failed:
+            continue
         log.debug("%s: %.1f s, epochs %s img/s", name, time.perf_counter() - t0,
                   ", ".join(f"{v:.1f}" for v in results[-1]["epoch_images_per_s"]))
-    ceiling = results[0]["images_per_s"]
+    ceiling = next((r["images_per_s"] for r in results if r["name"] == "ceiling"), None)
     ref = next((r for r in results if r["name"] == "reference"), None)
     for r in results:
         # The ceiling (gray decode + CLAHE, no loader) bounds what the preset's contract can reach. It is
         # no bound for the recipe (no CLAHE, its crop decoded alone): a ratio there would mean nothing.
-        r["ratio_to_ceiling"] = r["images_per_s"] / ceiling if not r["name"].startswith("recipe-") else None
+        bounded = ceiling is not None and not r["name"].startswith("recipe-")
+        r["ratio_to_ceiling"] = r["images_per_s"] / ceiling if bounded else None
         if ref is not None and r["name"] in ("reference", *PRESET_LOADERS, *CLIP_CONTENDERS):  # the same contract
             r["ratio_to_reference"] = r["images_per_s"] / ref["images_per_s"]
             r["overhead_ms_per_image"] = 1000 * (r["cpu_s_per_image"] - ref["cpu_s_per_image"])
@@ -177,6 +184,9 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
         vs_ceil = "-" if r["ratio_to_ceiling"] is None else f"{r['ratio_to_ceiling']:.2f}"
         print(f"{r['name']:16s} {r['images_per_s']:8.1f} {vs_ceil:>9s} {vs_ref:>11s} {vs_tut:>10s} "
               f"{r['cpu_s_per_image']:9.4f} {over:>15s} {r['peak_rss_mb']:11.0f} {fb:>13s} {r['rss_growth_pct']:12.1f}")
+    for name, why in failed.items():
+        last = next((line for line in reversed(why["error"].splitlines()) if line.strip()), "no output")
+        print(f"{name:16s} FAILED (exit status {why['exit_status']}): {last[:200]}")
     clip_rows = [r for r in results if r["name"] in CLIP_CONTENDERS]
     if clip_rows:
         from .clipset import SEQUENCE_FRAMES
@@ -213,11 +223,11 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
         print("the loader's own CPU, ms per image (fallback: beyond the reference's; DALI: beyond its operator "
               "threads' CPU in the run and the read and normalize stages): "
               + ", ".join(f"{k} {v:.2f}" for k, v in own.items()))
-    doc = {"machine": machine, "results": results, "complete": True}
+    doc = {"machine": machine, "results": results, "failed": failed, "complete": True}
     with open(out_json, "w") as f:
         json.dump(doc, f, indent=2)
     shown = [f"results: {out_json}"]
-    if png is not None:
+    if png is not None and results:
         from .plots import throughput_chart
 
         shown.append(f"chart: {throughput_chart(results, machine, png)}")
@@ -310,15 +320,14 @@ def run(args) -> int:
                               "read loose files: pass the index of the folder it was packed from, or measure packed "
                               "against loose reads with `python -m bench.storage`")
         png = None if args.no_plot else args.png or out_json.with_suffix(".png")
-        if not _run_size(index, index.root, out_json, png, args, names, machine):
-            return 1
+        doc = _run_size(index, index.root, out_json, png, args, names, machine)
         if args.padding:
             _padding(args, Path(args.cache or default_cache()), out_json, names)
-        return 0
+        return 1 if doc["failed"] else 0
 
     sizes = args.source_sizes or [args.source_size]
     cache = Path(args.cache or default_cache())
-    runs = []
+    runs, failures = [], 0
     for w, h in sizes:
         root = cache / f"bench-{args.images}-{w}x{h}"
         t0 = time.perf_counter()
@@ -332,10 +341,9 @@ def run(args) -> int:
             size_json = out_json.with_name(f"{out_json.stem}-{w}x{h}.json")
             png = None if args.no_plot else size_json.with_suffix(".png")
         doc = _run_size(index, root, size_json, png, args, names, machine)
-        if doc is None:
-            return 1
+        failures += len(doc["failed"])
         runs.append({"source_size": [w, h], "output_size": list(args.size), "json": str(size_json),
-                     "results": doc["results"]})
+                     "results": doc["results"], "failed": doc["failed"]})
     if len(sizes) > 1:
         with open(out_json, "w") as f:
             json.dump({"machine": machine, "runs": runs}, f, indent=2)
@@ -348,7 +356,7 @@ def run(args) -> int:
         print("\n" + shown)
     if args.padding:
         _padding(args, cache, out_json, names)
-    return 0
+    return 1 if failures else 0  # every contender ran; one that failed is reported above and in the JSON
 
 
 def _padding(args, cache: Path, out_json: Path, names: list[str]) -> None:

@@ -10,6 +10,7 @@ import torch
 from .boundary import Batch
 from .clips import ClipSampler
 from .errors import BadImageError, ConfigError
+from .transfer import to_device
 
 
 def _sizes(sizes: np.ndarray | None) -> tuple:
@@ -59,7 +60,7 @@ class ClipBatchesMixin:
         clips = draws[:, 0]
         served = self._served_clips(clips, batch.served.reshape(-1, T))
         images = images.reshape(len(clips), T, *images.shape[1:])
-        labels = torch.from_numpy(self.sampler.labels[served].copy()).to(batch.labels.device)
+        labels = to_device(self.sampler.labels[served], batch.labels.device)  # pinned, non-blocking on a GPU
         if self.batch_transform is not None:
             images, labels = self.batch_transform(images, labels)
         meta = self._clip_meta(batch, per_draw, clips, served) if self.return_meta else None

@@ -2,7 +2,9 @@
 
 The facade times what it alone can see: how long the training loop was blocked in ``next()`` (the
 *data wait*: the time from the loop asking for a batch to the batch being handed over) against the
-wall time of the pass. The executors time their stages where they run them and hand the seconds
+wall time of the pass. It is host time: on ``dali-gpu`` nothing in ``next()`` synchronises with the
+GPU (see :mod:`dali_backend.transfer`), so the training step's queued GPU work is never counted as a
+wait for data. The executors time their stages where they run them and hand the seconds
 over with each :class:`~dali_backend.boundary.Batch`: the torch executor's workers time reading,
 decoding and augmenting each image (wall time in a single-threaded worker: its CPU time); DALI's
 reader workers time reading each image, and DALI's operator threads, which decode and run the

@@ -186,9 +186,13 @@ def test_gpu_check_stage_limits_fit_one_device_command():
 
     text = (ROOT / "bench" / "gpu_check.sh").read_text()
     limits = [int(n) + int(k or 0) for k, n in re.findall(r"^\s*timeout (?:-s \w+ )?(?:-k (\d+) )?(\d+) ", text, re.M)]
-    assert len(limits) >= 8, limits
+    grace = int(re.search(r'timeout -s INT -k (\d+) "\$limit"', text).group(1))  # cuda_tests NAME LIMIT ...
+    limits += [int(n) + grace for n in re.findall(r"^\s*cuda_tests \w+ (\d+) ", text, re.M)]
+    assert len(limits) >= 12, limits
     assert sum(limits) <= 480, (limits, sum(limits))
     assert "--transforms" in text and "recipe-dali-gpu" in text and "--junitxml" in text
+    for covered in ("tests/test_host_syncs.py", "its_gpu", "gpu_probe telemetry", "gpu_probe hwjpeg", "dmon -s um"):
+        assert covered in text, covered
 
 
 def test_unavailable_contenders_are_skipped_with_the_reason(monkeypatch, caplog):
@@ -199,7 +203,7 @@ def test_unavailable_contenders_are_skipped_with_the_reason(monkeypatch, caplog)
     why = bench_main.unavailable(["fallback", "dali-cpu", "dali-gpu", "recipe-dali-gpu"])
     assert set(why) == {"dali-gpu", "recipe-dali-gpu"} and "no CUDA GPU" in why["dali-gpu"]
     ran = []
-    monkeypatch.setattr(bench_main, "_run_size", lambda index, root, out, png, args, names, machine: ran.append(names) or {"results": []})
+    monkeypatch.setattr(bench_main, "_run_size", lambda index, root, out, png, args, names, machine: ran.append(names) or {"results": [], "failed": {}})
     monkeypatch.setattr(bench_main, "machine_info", lambda: {})
     monkeypatch.setattr("dali_backend.synthetic.generate_defect_dataset", lambda root, **kw: root)
     monkeypatch.setattr("dali_backend.SampleIndex.from_folder", staticmethod(lambda root, **kw: None))
@@ -210,6 +214,57 @@ def test_unavailable_contenders_are_skipped_with_the_reason(monkeypatch, caplog)
     assert "skipping dali-gpu: no CUDA GPU" in caplog.text
     args = bench_main.build_parser().parse_args(["--only", "dali-gpu", "--no-plot"])
     assert bench_main.run(args) == 2  # nothing left to compare
+
+
+def test_the_hardware_decoders_use_is_read_from_dmons_jpg_column():
+    """``nvidia-smi dmon -s um -o T``: the jpg column's samples (a driver without it: unknown, not used)."""
+    from bench.gpu_probe import DMON_SAMPLE, parse_dmon
+
+    got = parse_dmon(DMON_SAMPLE + " 12:00:03      0     40     11      0      0      -      0   2210      4      0\n")
+    assert got == {"jpg_column": True, "samples": 2, "max_jpg_util_pct": 37, "busy_samples": 1}
+    old = "#Time gpu sm mem enc dec fb bar1\n#HH:MM:SS Idx % % % % MB MB\n 12:00:01 0 41 12 0 0 2210 4\n"
+    assert parse_dmon(old) == {"jpg_column": False, "samples": 0, "max_jpg_util_pct": None, "busy_samples": 0}
+    idle = DMON_SAMPLE.replace("     37", "      0")
+    assert parse_dmon(idle)["busy_samples"] == 0
+
+
+def test_a_failing_contender_is_reported_and_the_next_ones_run(tmp_path, monkeypatch, capsys):
+    """One contender's child process fails (as a first GPU contender may): the others still run, the table
+    and the JSON name the failure with its exit status and the end of its output, and the exit status of
+    the benchmark is 1."""
+    import bench.__main__ as bench_main
+    from dali_backend import SampleIndex
+    from dali_backend.synthetic import generate_defect_dataset
+
+    index = SampleIndex.from_folder(generate_defect_dataset(tmp_path / "data", n=6, size=(32, 24), seed=0,
+                                                            progress=False), progress=False)
+    row = {"images_per_s": 10.0, "cpu_s_per_image": 0.1, "peak_rss_mb": 100.0, "first_batch_s": 0.5,
+           "rss_growth_pct": 0.0, "epoch_images_per_s": [10.0]}
+    ran = []
+
+    def child(cmd, **kw):
+        name = cmd[cmd.index("--one") + 1]
+        ran.append(name)
+        if name == "dali-gpu":
+            return subprocess.CompletedProcess(cmd, 3, "", "Traceback ...\nRuntimeError: CUDA error: no kernel image\n")
+        return subprocess.CompletedProcess(cmd, 0, json.dumps({"name": name, **row}) + "\n", "")
+
+    monkeypatch.setattr(bench_main.subprocess, "run", child)
+    names = ["ceiling", "fallback", "dali-gpu", "recipe-dali-gpu"]
+    args = bench_main.build_parser().parse_args(["--no-plot"])
+    out = tmp_path / "b.json"
+    doc = bench_main._run_size(index, index.root, out, None, args, names, {"cores": 1, "cpu": "x", "gpu": None})
+    assert ran == names
+    assert [r["name"] for r in doc["results"]] == ["ceiling", "fallback", "recipe-dali-gpu"]
+    assert doc["failed"]["dali-gpu"]["exit_status"] == 3 and "no kernel image" in doc["failed"]["dali-gpu"]["error"]
+    assert json.loads(out.read_text())["failed"] == doc["failed"]
+    assert "dali-gpu         FAILED (exit status 3): RuntimeError: CUDA error: no kernel image" in capsys.readouterr().out
+    monkeypatch.setattr(bench_main, "_run_size", lambda *a: doc)
+    monkeypatch.setattr(bench_main, "machine_info", lambda: {})
+    monkeypatch.setattr(bench_main, "unavailable", lambda names: {})
+    monkeypatch.setattr("dali_backend.synthetic.generate_defect_dataset", lambda root, **kw: root)
+    monkeypatch.setattr("dali_backend.SampleIndex.from_folder", staticmethod(lambda root, **kw: None))
+    assert bench_main.run(bench_main.build_parser().parse_args(["--no-plot"])) == 1
 
 
 def test_the_size_mix_is_labelled_as_it_is():

@@ -1,6 +1,8 @@
 """DALI's GPU outputs leave the executor only as torch-owned copies, and DALI's buffers live until
-the copies have run (``dali_backend.dali.handoff``). The bookkeeping is tested on the CPU with fake events
-and ``meta`` tensors; the CUDA case delays the consumer's stream and checks no batch changed."""
+the copies have run (``dali_backend.dali.handoff``). The bookkeeping and the order of wait, copy, record
+and release are tested on the CPU with fake streams, events and ``meta`` tensors; the CUDA cases delay
+the consumer's or the producer's stream (``torch.cuda._sleep``, no host sync in between), where removing
+the hold or the event wait changes the pixels, and delay the consumer under a real ``dali-gpu`` pass."""
 
 from __future__ import annotations
 
@@ -148,6 +150,117 @@ def test_the_cpu_runner_has_no_handoff():
     assert runner._call() == {"images": "dali's buffer"}
     runner.close()
     assert calls == []
+
+
+class Stream:
+    """A consumer stream that logs what is queued on it."""
+
+    def __init__(self, log: list, name: str):
+        self.log, self.name = log, name
+
+    def wait_event(self, event):
+        self.log.append(("wait", self.name, event.name))
+
+
+def protocol_run(monkeypatch, batches: int = 3) -> list:
+    """The hand-off's protocol with fake streams and events, every step logged in order: the consumer's
+    ``wait`` on DALI's ready event, the ``copy``, the ``record`` of its completion event, the moment that
+    event is ``done``, and the ``release`` of DALI's buffer (when its last reference goes)."""
+    import gc
+    import weakref
+
+    log, made = [], []
+
+    class Event:
+        def __init__(self, name=None):
+            self.name, self.done = name or f"copied{len(made)}", False
+            made.append(self)
+
+        def record(self, stream):
+            log.append(("record", stream.name, self.name))
+
+        def query(self):
+            return self.done
+
+        def synchronize(self):
+            self.done = True
+
+    copy_ = torch.Tensor.copy_
+
+    def logged_copy(dst, src, non_blocking=False):
+        log.append(("copy", getattr(src, "_batch", None)))
+        return copy_(dst, src, non_blocking)
+
+    monkeypatch.setattr(torch.Tensor, "copy_", logged_copy)
+    consumer = Stream(log, "consumer")
+    handoff = DeviceHandoff(event_factory=Event, stream_of=lambda device: consumer)
+    for k in range(batches):
+        images = torch.empty(2, 3, 4, 4, dtype=torch.uint8, device="meta")  # DALI's buffer of batch k
+        images._batch = k
+        weakref.finalize(images, log.append, ("release", k))
+        got = handoff.receive({"images": images}, Event(f"ready{k}"))
+        assert got["images"] is not images and got["images"].device.type == "meta"
+        del images, got
+        gc.collect()
+        log.append(("done", made[-1].name))  # the copy of batch k ran on the GPU
+        made[-1].done = True
+    handoff.drain()
+    gc.collect()
+    return log
+
+
+def test_the_protocol_waits_copies_records_and_releases_in_order(monkeypatch):
+    """The same protocol as the CUDA test below, on the CPU: for every batch the consumer's stream waits
+    for DALI's ready event before the copy is queued, the copy's completion event is recorded after the
+    copy, and DALI's buffer is released only after that event completed. Removing the wait or the hold
+    from :mod:`dali_backend.dali.handoff` fails it."""
+    log = protocol_run(monkeypatch)
+    for k in range(3):
+        wait, copy = log.index(("wait", "consumer", f"ready{k}")), log.index(("copy", k))
+        record = next(i for i, e in enumerate(log) if e[0] == "record" and i > copy)
+        done = log.index(("done", log[record][2]))
+        release = log.index(("release", k))
+        assert wait < copy < record < done < release, log
+
+
+def test_the_protocol_check_fails_without_the_wait_or_the_hold(monkeypatch):
+    """The check above can fail: a hand-off that neither waits nor holds is caught."""
+    monkeypatch.setattr(Stream, "wait_event", lambda self, event: None)
+    monkeypatch.setattr(DeviceHandoff, "take", lambda self, outputs, stream=None:
+                        {k: torch.empty_like(t).copy_(t) for k, t in outputs.items()})
+    with pytest.raises((AssertionError, ValueError)):
+        test_the_protocol_waits_copies_records_and_releases_in_order(monkeypatch)
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("delayed", ["consumer", "producer"])
+def test_the_handoff_on_two_streams_under_a_delay(delayed):
+    """The protocol on real streams, with no host sync between the steps. ``consumer``: the consumer's
+    stream is busy (a queued training step) when the batch arrives, DALI frees its buffer at once and
+    reuses it: without the hold the copy reads the next batch. ``producer``: DALI's stream has not
+    finished the batch when it is handed over: without the event wait the copy reads it unfinished."""
+    n, cycles = 1 << 22, 100_000_000  # 4 MiB; ~50 ms of GPU time
+    producer, consumer = torch.cuda.Stream(), torch.cuda.Stream()
+    handoff = DeviceHandoff()
+    with torch.cuda.stream(producer):
+        batch = torch.zeros(n, dtype=torch.uint8, device="cuda")
+        if delayed == "producer":
+            torch.cuda._sleep(cycles)  # DALI still working on the batch
+        batch.fill_(1)
+        ready = torch.cuda.Event()
+        ready.record(producer)
+    with torch.cuda.stream(consumer):
+        if delayed == "consumer":
+            torch.cuda._sleep(cycles)  # the training step still running on the consumer's stream
+        got = handoff.receive({"images": batch}, ready)["images"]
+    del batch  # DALI lets its buffer go (held by the hand-off until the copy ran)
+    with torch.cuda.stream(producer):
+        later = torch.full((n,), 2, dtype=torch.uint8, device="cuda")  # DALI's next batch, maybe in the same block
+    torch.cuda.synchronize()
+    assert int(got.min()) == int(got.max()) == 1, f"the copy read {int(got.min())}..{int(got.max())}, not the batch"
+    del later
+    handoff.drain()
 
 
 @pytest.mark.cuda

@@ -44,7 +44,7 @@ def module_graph(root: pathlib.Path = ROOT) -> dict[str, set[str]]:
 CONTRACT = {"dali_backend._own", "dali_backend.errors", "dali_backend.strings", "dali_backend.progress",
             "dali_backend.memory", "dali_backend.jpeg", "dali_backend.labelling", "dali_backend.index",
             "dali_backend.reading", "dali_backend.sampler", "dali_backend.augment", "dali_backend.synthetic",
-            "dali_backend.tensors", "dali_backend.boundary", "dali_backend.procstats", "dali_backend.schedule",
+            "dali_backend.tensors", "dali_backend.transfer", "dali_backend.boundary", "dali_backend.procstats", "dali_backend.schedule",
             "dali_backend.amplification",
             "dali_backend.sequences", "dali_backend.clips", "dali_backend.grouping"}
 # tensors: the contract's last steps (normalisation), shared by both executors; boundary: the records

@@ -44,31 +44,65 @@ def cuda_driver_initialized() -> bool:
     return bool(dali_backend_lib.IsDriverInitialized())
 
 
-def local_ranks() -> tuple[int, int]:
-    """``(local rank, processes on this node)`` from torchrun's environment (``(0, 1)`` otherwise)."""
-    def env_int(name: str, default: int) -> int:
-        try:
-            return int(os.environ.get(name, default))
-        except ValueError:
-            return default
+def _env_int(name: str) -> int | None:
+    """An integer environment variable, or None when unset or not an integer."""
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
 
-    world = max(1, env_int("LOCAL_WORLD_SIZE", 1))
-    rank = env_int("LOCAL_RANK", -1)
-    if rank < 0:
-        dist = torch.distributed
-        rank = dist.get_rank() % world if dist.is_available() and dist.is_initialized() else 0
+
+def _tasks_per_node() -> int | None:
+    """srun's tasks on this node: ``SLURM_NTASKS_PER_NODE``, else the first count of
+    ``SLURM_STEP_TASKS_PER_NODE`` / ``SLURM_TASKS_PER_NODE`` (``"4(x2)"``: 4 on each of 2 nodes)."""
+    n = _env_int("SLURM_NTASKS_PER_NODE")
+    if n is not None:
+        return n
+    for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
+        head = os.environ.get(name, "").split(",")[0].split("(")[0]
+        if head.isdigit():
+            return int(head)
+    return None
+
+
+def _distributed_rank() -> int | None:
+    """This process's global rank when ``torch.distributed`` is initialised, else None."""
+    dist = torch.distributed
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else None
+
+
+def local_ranks() -> tuple[int, int]:
+    """``(local rank, processes on this node)``: torchrun's ``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE``, else
+    srun's ``SLURM_LOCALID`` / tasks per node, else the distributed rank modulo the processes on the node
+    (as many as GPUs visible, at most the world size); ``(0, 1)`` for a single process."""
+    world = _env_int("LOCAL_WORLD_SIZE") or _tasks_per_node()
+    rank = _env_int("LOCAL_RANK")
+    rank = _env_int("SLURM_LOCALID") if rank is None else rank
+    dist_rank = _distributed_rank()
+    if world is None:
+        world = min(torch.distributed.get_world_size(), max(1, cuda_device_count())) if dist_rank is not None else 1
+    world = max(1, world)
+    if rank is None or rank < 0:
+        rank = dist_rank % world if dist_rank is not None else 0
     return rank, world
 
 
 def _local_device_id() -> int:
-    """This process's GPU: the current device once torch initialised CUDA (``set_device`` respected),
-    else ``LOCAL_RANK`` modulo the GPU count. Never creates a CUDA context (``current_device()``
-    before ``set_device`` would put every torchrun rank on GPU 0)."""
+    """This process's GPU: ``LOCAL_RANK`` (torchrun), else ``SLURM_LOCALID`` (srun), else the distributed
+    rank, modulo the visible GPU count; only a single process outside those launchers follows torch's
+    current device (its ``set_device``), and only once torch initialised CUDA.
+
+    The launcher's variables come first: torch's current device is GPU 0 on every rank that never
+    called ``set_device`` (``model.to("cuda:3")`` does not), and ``current_device()`` before CUDA is
+    initialised would create a context on GPU 0. Pass ``device="cuda:N"`` to choose another.
+    """
+    gpus = max(1, cuda_device_count())
+    for rank in (_env_int("LOCAL_RANK"), _env_int("SLURM_LOCALID"), _distributed_rank()):
+        if rank is not None and rank >= 0:
+            return rank % gpus
     if torch.cuda.is_initialized():
-        return torch.cuda.current_device()
-    return local_ranks()[0] % max(1, cuda_device_count())
-
-
+        return torch.cuda.current_device() % gpus
+    return 0
 
 
 def choose_start_method(requested: str | None) -> str:

@@ -25,12 +25,15 @@ import torch
 class DeviceHandoff:
     """Copies GPU tensors out of a producer's memory and holds the producer's objects until the copy ran.
 
-    ``event_factory`` makes the completion markers (``torch.cuda.Event`` by default; tests pass a fake
-    with ``record(stream)``, ``query()`` and ``synchronize()``).
+    ``event_factory`` makes the completion markers (``torch.cuda.Event`` by default) and
+    ``stream_of(device)`` gives the consumer's stream (``torch.cuda.current_stream`` by default); tests
+    pass fakes with ``record(stream)``, ``query()``, ``synchronize()`` and ``wait_event(event)``.
     """
 
-    def __init__(self, event_factory: Callable[[], object] | None = None):
+    def __init__(self, event_factory: Callable[[], object] | None = None,
+                 stream_of: Callable[[torch.device], object] | None = None):
         self._event_factory = event_factory or torch.cuda.Event
+        self._stream_of = stream_of or torch.cuda.current_stream
         self._pending: deque = deque()  # (event, the producer's objects), oldest first
 
     def __len__(self) -> int:
@@ -41,10 +44,12 @@ class DeviceHandoff:
         """A batch DALI finished (``ready``: an event recorded after its work): the current stream waits
         for it without blocking the host, then a kept batch is :meth:`take`-n; a dropped one is left
         to DALI as it is (nothing reads it)."""
-        device = next((t.device for t in outputs.values() if t.device.type == "cuda"), None)
-        if device is not None:
-            torch.cuda.current_stream(device).wait_event(ready)  # the caller's stream, maybe not the default one
-        return self.take(outputs) if keep else outputs
+        device = next((t.device for t in outputs.values() if t.device.type != "cpu"), None)
+        if device is None:
+            return outputs
+        stream = self._stream_of(device)  # the caller's stream, maybe not the default one
+        stream.wait_event(ready)  # queued on the stream: the host does not wait
+        return self.take(outputs, stream) if keep else outputs
 
     def take(self, outputs: dict[str, torch.Tensor], stream=None) -> dict[str, torch.Tensor]:
         """``outputs`` with every non-CPU tensor replaced by a torch-owned copy made on ``stream``
@@ -56,8 +61,8 @@ class DeviceHandoff:
                 owned[name] = tensor  # read synchronously by the host: freed only after it has been read
                 continue
             device = tensor.device
-            if stream is None and device.type == "cuda":
-                stream = torch.cuda.current_stream(device)
+            if stream is None:
+                stream = self._stream_of(device)
             with torch.cuda.stream(stream) if isinstance(stream, torch.cuda.Stream) else nullcontext():
                 # allocated and written on the same stream: torch's allocator reuses it in that stream's order
                 copy = torch.empty_like(tensor, memory_format=torch.contiguous_format)

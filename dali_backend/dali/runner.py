@@ -31,6 +31,7 @@ from ..boundary import Batch, Kind, padding_rows
 from ..errors import BadImageError, ExecutorFailed, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError
 from ..memory import BATCHES_PER_TRIM, EveryNth
 from ..reading import SERVED_BAD
+from ..transfer import to_device
 from .devices import choose_start_method, local_ranks
 from .handoff import DeviceHandoff
 from .wire import ROW, Col, DrawSource, SlotRing, note_bytes, read_bad_draw, read_params
@@ -301,12 +302,16 @@ class _DaliRunner:
 
     # ------------------------------------------------------------------ running
     def _produce(self):
-        """In the pipeline thread: DALI's next batch (and, on the GPU, an event marking its copy done)."""
-        out = next(self.iterator)[0]
+        """In the pipeline thread: DALI's next batch (and, on the GPU, an event marking its copy done).
+
+        On the GPU the thread works on the loader's device (a new thread's current device is GPU 0:
+        torch work there, DALI's iterator's included, would otherwise initialise CUDA on GPU 0)."""
         if not self.gpu:
-            return out, None
-        done = torch.cuda.Event()
-        done.record(torch.cuda.current_stream(self.device))
+            return next(self.iterator)[0], None
+        with torch.cuda.device(self.device):
+            out = next(self.iterator)[0]
+            done = torch.cuda.Event()
+            done.record(torch.cuda.current_stream(self.device))
         return out, done
 
     def _call(self, keep: bool = True):
@@ -420,8 +425,9 @@ class _DaliRunner:
         read_s = float(returned[keep, Col.READ_NS - Col.SERVED].sum()) / 1e9
         images, labels = out["images"], out["labels"].reshape(-1)
         if not keep.all():  # images may be on the GPU while labels (a CPU output) are not: a mask for each
-            mask = torch.from_numpy(keep)
-            images, labels = images[mask.to(images.device)], labels[mask.to(labels.device)]
+            rows_kept = np.flatnonzero(keep)  # indices, not a boolean mask: a mask on the GPU syncs (nonzero)
+            images = images.index_select(0, to_device(rows_kept, images.device))
+            labels = labels.index_select(0, to_device(rows_kept, labels.device))
         good = served != SERVED_BAD
         want = self.dataset.index.labels[served[good]]
         if not np.array_equal(labels.cpu().numpy()[good], want):
@@ -437,7 +443,8 @@ class _DaliRunner:
         params = None
         if self.with_params:
             params = [read_params(self.ring, int(r[Col.SLOT])) if ok else None for r, ok in zip(rows, good)]
-        labels = torch.from_numpy(np.where(good, self.dataset.index.labels[np.maximum(served, 0)], -1)).to(self.device)
+        # pinned and non-blocking on the consumer's stream: a pageable copy would wait for the training step
+        labels = to_device(np.where(good, self.dataset.index.labels[np.maximum(served, 0)], -1), self.device)
         sizes = None
         if "sizes" in out:  # variable-size outputs: DALI padded to the largest of the batch, padding rows included
             sizes = out["sizes"].cpu().numpy().reshape(len(expected), -1)[keep, :2].astype(np.int64)

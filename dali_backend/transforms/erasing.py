@@ -82,15 +82,15 @@ class RandomErasing(Transform):
         return {"box": np.zeros(4, np.int32)}
 
     def apply_batch(self, images, params):
-        import torch
+        from ..transfer import device_constant
 
         channels = images.shape[-3]
         value = self.value if isinstance(self.value, float) else None
         if value is None and len(self.value) != channels:
             raise ConfigError(f"RandomErasing.value={self.value!r} has {len(self.value)} values; the output has "
                               f"{channels} channels")
-        fill = value if value is not None else torch.tensor(self.value, dtype=images.dtype,
-                                                            device=images.device).view(channels, 1, 1)
+        # a per-channel fill is made once per device (a tensor built per batch would be a blocking copy)
+        fill = value if value is not None else device_constant(self.value, images.dtype, images.device, (channels, 1, 1))
         for i, p in enumerate(params):
             top, left, h, w = (int(v) for v in p["box"])
             if h > 0 and w > 0:
