@@ -13,7 +13,7 @@ frames (``B * T`` per batch) and is set against the same ceiling and reference (
 work), so ``x reference`` is what clips cost over single images. See :mod:`bench.contenders`.
 
 The arguments are defined once, in :func:`add_arguments`, and used both here and by
-``dali-backend bench``; errors are handled by :func:`dali_backend.cliargs.run_command` for both.
+``dali-backend bench``; errors are handled by :func:`dali_backend.cli.cliargs.run_command` for both.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from dali_backend.cliargs import (OneLineParser, add_index_load_arguments, data_or_index, default_cache, output_dir,
+from dali_backend.cli.cliargs import (OneLineParser, add_index_load_arguments, data_or_index, default_cache, output_dir,
                                   output_file, positive_int, run_command, size_list, size_wxh, verbosity_parent)
 
 from . import ALL_CONTENDERS, CLIP_CONTENDERS, CONTENDERS
@@ -120,7 +120,7 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
     the throughput chart at ``png``); returns the JSON document. A contender that fails is reported
     (its exit status and the end of its output, in the log and in the document's ``failed``) and the
     next one runs: one failing GPU contender must not hide the others' figures."""
-    from dali_backend.progress import track
+    from dali_backend.util.progress import track
 
     out_w, out_h = args.size
     index_path = out_json.with_suffix(".index.npz")
@@ -293,8 +293,8 @@ def run(args) -> int:
     import torch
 
     from dali_backend import SampleIndex
-    from dali_backend.cliargs import load_data
-    from dali_backend.synthetic import generate_defect_dataset
+    from dali_backend.cli.cliargs import load_data
+    from dali_backend.core.synthetic import generate_defect_dataset
 
     out_json = args.json or Path("bench-results/bench.json")
     names = list(args.only or CONTENDERS)

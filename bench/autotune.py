@@ -1,6 +1,6 @@
 """``python -m bench.autotune``: is ``num_workers="auto"`` within 5 % of the best setting of a full grid?
 
-For each backend, every candidate setting (:func:`dali_backend.autotune.candidates`) runs ``--passes``
+For each backend, every candidate setting (:func:`dali_backend.facade.autotune.candidates`) runs ``--passes``
 passes of ``--batches`` batches on the benchmark's synthetic data (640x480 -> 224x224, batch 16);
 its best pass is its throughput. Then ``num_workers="auto"`` calibrates afresh (its cache bypassed)
 and the grid's throughput of the setting it chose is compared with the grid's best. One short run;
@@ -18,7 +18,7 @@ import time
 def main(argv: list[str] | None = None) -> int:
     from bench.telemetry import _dataset, _train
     from dali_backend import DaliLoader, WeightedSampler
-    from dali_backend.autotune import candidates, usable_cores
+    from dali_backend.facade.autotune import candidates, usable_cores
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--images", type=int, default=256)

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="fractions of decoded pixels moved by +-1 level (default 0,0.01,0.05,0.25)")
     p.add_argument("--json", type=Path, help="also write the rows here")
     args = p.parse_args(argv)
-    from dali_backend.synthetic import generate_defect_dataset
+    from dali_backend.core.synthetic import generate_defect_dataset
 
     fractions = [float(f) for f in args.fractions.split(",")]
     rows = []

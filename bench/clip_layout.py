@@ -19,7 +19,7 @@ The operations: decode (RGB), resize to ``--size``, a horizontal flip, a rotatio
 brightness/contrast, each with per-clip random parameters. Both layouts must give the same pixels
 (checked on the first batch; exit status 1 otherwise); then each runs ``--warmup`` batches, and
 ``--rounds`` rounds of ``--batches`` timed batches alternate between the layouts; frames/s is the
-median round. Frames are synthetic JPEGs (:func:`dali_backend.synthetic.make_image`, quality 92)
+median round. Frames are synthetic JPEGs (:func:`dali_backend.core.synthetic.make_image`, quality 92)
 encoded in memory: reading files is not what differs.
 
 Measured (``python -m bench.clip_layout --devices cpu --rounds 5``: 640x480 -> 224x224, B = 8 clips of
@@ -57,7 +57,7 @@ def encoded_frames(count: int, source_size: tuple[int, int], seed: int = 0) -> l
     """``count`` synthetic colour JPEGs of ``source_size`` ``(width, height)``, encoded in memory."""
     import cv2
 
-    from dali_backend.synthetic import CLASSES, make_image
+    from dali_backend.core.synthetic import CLASSES, make_image
 
     out = []
     for k in range(count):
@@ -213,7 +213,7 @@ def compare(device: Device = "cpu", source_size: tuple[int, int] = (640, 480), s
 
 def main(argv: list[str] | None = None) -> int:
     """Both layouts on the CPU (and the GPU when present); 0 when their pixels agree, 1 otherwise."""
-    from dali_backend.cliargs import positive_int, size_wxh
+    from dali_backend.cli.cliargs import positive_int, size_wxh
     from dali_backend.dali.devices import cuda_device_count
 
     p = argparse.ArgumentParser(prog="python -m bench.clip_layout",

@@ -4,7 +4,7 @@ The benchmark's images are not recordings, so sequences are made up, the same wa
 and for ``--data``: each class's images, in index order, are cut into sequences of
 ``SEQUENCE_FRAMES`` (32) frames (a remainder joins the class's last sequence; a class with fewer
 images is one shorter sequence). The grouping is written as a manifest CSV next to the benchmark's
-index file and read with :meth:`~dali_backend.sequences.Sequences.from_manifest`, as a user with a
+index file and read with :meth:`~dali_backend.sampling.sequences.Sequences.from_manifest`, as a user with a
 line camera's manifest would; file names play no part, so any folder of images gives sequences.
 Throughput does not depend on which frames form a sequence, only on how many clips an epoch holds.
 """
@@ -37,7 +37,7 @@ def write_sequences(index, path: Path, sequence_frames: int = SEQUENCE_FRAMES) -
 
 
 def clip_sampler(index, sequences_csv: str | Path, clip_len: int, clip_step: int):
-    """The clip contenders' :class:`~dali_backend.clips.ClipSampler`: uniform (a shuffle of every
+    """The clip contenders' :class:`~dali_backend.sampling.clips.ClipSampler`: uniform (a shuffle of every
     clip per epoch, as the single-image contenders' uniform sampler), seed 0.
 
     Raises:

@@ -27,7 +27,7 @@ import cv2
 import numpy as np
 import torch
 
-from dali_backend.procstats import dali_operator_cpu_seconds
+from dali_backend.util.procstats import dali_operator_cpu_seconds
 
 from .measure import PeakRss, tree_cpu_seconds, tree_rss_mb
 
@@ -90,7 +90,7 @@ def _reference_init(index_path: str, size: tuple[int, int]) -> None:
 
 
 def _reference_work(draw) -> int:
-    from dali_backend.tensors import normalize
+    from dali_backend.core.tensors import normalize
 
     ds, spec = _REF
     image, label = ds.load_uint8(draw)
@@ -105,8 +105,8 @@ def stage_breakdown(index, size: tuple[int, int], images: int = 64) -> dict[str,
     ``cpu s/img`` of a contender minus their sum is that loader's own overhead.
     """
     from dali_backend import AugmentSpec
-    from dali_backend.reading import read_regular_file
-    from dali_backend.tensors import normalize
+    from dali_backend.core.reading import read_regular_file
+    from dali_backend.core.tensors import normalize
     from dali_backend._own import own
 
     decode = own("fallback.ops").decode
@@ -146,11 +146,11 @@ def dali_stage_breakdown(index, size: tuple[int, int], images: int = 96, batch_s
     prefix adds, median of ``repeats`` runs (stages are differences: a cheap one may come out
     slightly negative). ``framework`` only passes the bytes through. This shows which of DALI's
     kernels cost what; the loader's own CPU is measured in the run itself instead (the contender's
-    CPU minus its DALI operator threads', see :func:`~dali_backend.procstats.dali_operator_cpu_seconds`).
+    CPU minus its DALI operator threads', see :func:`~dali_backend.util.procstats.dali_operator_cpu_seconds`).
     """
     from dali_backend import AugmentSpec
     from dali_backend.dali.graph import import_dali
-    from dali_backend.reading import read_regular_file
+    from dali_backend.core.reading import read_regular_file
     from dali_backend.transforms.base import GraphContext
 
     dali = import_dali()
@@ -211,7 +211,7 @@ def dali_stage_breakdown(index, size: tuple[int, int], images: int = 96, batch_s
 def recipe_spec(size: tuple[int, int]):
     """torchvision's ImageNet training recipe as a spec (what ``from_torchvision`` gives for it)."""
     from dali_backend import AugmentSpec
-    from dali_backend.augment import IMAGENET_MEAN, IMAGENET_STD
+    from dali_backend.core.augment import IMAGENET_MEAN, IMAGENET_STD
     from dali_backend.transforms import ColorJitter, Normalize, RandomHorizontalFlip, RandomResizedCrop
 
     return AugmentSpec(ops=[RandomResizedCrop(size), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4),

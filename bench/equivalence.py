@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from dali_backend.augment import AugmentSpec, Clahe
+from dali_backend.core.augment import AugmentSpec, Clahe
 from dali_backend.transforms import RandomRotation
 from dali_backend._own import own
 
@@ -72,7 +72,7 @@ def _src(i: int, gpu: bool, layout: str | None = "HWC"):
 
 def test_images(seed: int = 0) -> list[np.ndarray]:
     """Textured gray images of awkward sizes (and one large), as decoded uint8 HxW."""
-    from dali_backend.synthetic import make_image
+    from dali_backend.core.synthetic import make_image
 
     rng = np.random.default_rng(seed)
     imgs = [cv2.cvtColor(make_image(seed, "scratch", 0, 640, 480), cv2.COLOR_BGR2GRAY),
@@ -293,7 +293,7 @@ def compare_end_to_end(dataset, draws, device: str = "cpu", batch_size: int = 8)
     import torch
 
     from dali_backend import DaliLoader
-    from dali_backend.loader import FallbackLoader
+    from dali_backend.facade.loader import FallbackLoader
 
     ImageDataset = own("fallback.dataset").ImageDataset
 
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     import warnings
 
     from dali_backend import SampleIndex, WeightedSampler
-    from dali_backend.synthetic import generate_defect_dataset
+    from dali_backend.core.synthetic import generate_defect_dataset
     ImageDataset = own("fallback.dataset").ImageDataset
 
     p = argparse.ArgumentParser(description=main.__doc__)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import tempfile
 import time
 
-from dali_backend.cliargs import OneLineParser, positive_int, size_wxh
+from dali_backend.cli.cliargs import OneLineParser, positive_int, size_wxh
 
 
 def main(argv: list[str] | None = None) -> int:
     from dali_backend import SampleIndex
-    from dali_backend.synthetic import generate_defect_dataset
+    from dali_backend.core.synthetic import generate_defect_dataset
 
     p = OneLineParser(prog="python -m bench.index_rate", description=__doc__)
     p.add_argument("--files", type=positive_int, default=10_000)

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dali_backend.cliargs import OneLineParser, positive_int
+from dali_backend.cli.cliargs import OneLineParser, positive_int
 
 CLASSES = ("dent", "normal", "scratch")
 PER_FOLDER = 1000

@@ -15,7 +15,7 @@ import time
 
 import psutil
 
-from dali_backend.procstats import _GONE, process_memory_bytes
+from dali_backend.util.procstats import _GONE, process_memory_bytes
 
 
 def _tree(pid: int | None = None) -> list[psutil.Process]:

@@ -1,7 +1,7 @@
 """``python -m bench.padding``: the padding of variable-size batches with and without aspect grouping.
 
 Synthetic defect images of mixed shapes (landscape 4:3 and 16:9, portrait 3:4 and 9:16, square: the
-same generator as the benchmark's data, :func:`dali_backend.synthetic.make_image`), resized with the
+same generator as the benchmark's data, :func:`dali_backend.core.synthetic.make_image`), resized with the
 aspect ratio kept (``Resize(short, max_size=long)``) and padded per batch (``pad_batch``); each
 backend runs the same draws ungrouped (a shuffled :class:`~dali_backend.WeightedSampler`) and
 grouped (:class:`~dali_backend.AspectGroupedSampler` over it). Reported: the padding fraction
@@ -32,7 +32,7 @@ def generate_mixed(out: Path, n: int, seed: int = 0) -> Path:
     reuses a complete earlier run. Deterministic in its arguments."""
     import cv2
 
-    from dali_backend.synthetic import CLASSES, DEFAULT_FRACTIONS, class_counts, make_image
+    from dali_backend.core.synthetic import CLASSES, DEFAULT_FRACTIONS, class_counts, make_image
 
     marker = out / ".mixed.json"
     params = {"n": n, "seed": seed, "mix": [list(s) for s in MIX], "version": 1}
@@ -129,7 +129,7 @@ def run_padding(root: Path, *, images: int, batch_size: int, workers: int, epoch
 def main(argv: list[str] | None = None) -> int:
     import os
 
-    from dali_backend.cliargs import default_cache, positive_int
+    from dali_backend.cli.cliargs import default_cache, positive_int
 
     p = argparse.ArgumentParser(prog="python -m bench.padding", description=__doc__.split("\n")[0])
     p.add_argument("--images", type=positive_int, default=192, help="synthetic images (default 192)")

@@ -18,7 +18,7 @@ import numpy as np
 def main(argv: list[str] | None = None) -> int:
     from nvidia.dali import fn, pipeline_def, types
 
-    from dali_backend.synthetic import make_image
+    from dali_backend.core.synthetic import make_image
     from dali_backend.transforms import RandomResizedCrop
     from dali_backend.transforms.resize import _dali_resize
     from dali_backend.transforms.window import _dali_slice

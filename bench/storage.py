@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dali_backend.cliargs import OneLineParser, default_cache, positive_int, run_command, size_wxh, verbosity_parent
+from dali_backend.cli.cliargs import OneLineParser, default_cache, positive_int, run_command, size_wxh, verbosity_parent
 
 log = logging.getLogger("bench")
 
@@ -53,7 +53,7 @@ def _epochs(index, args, cache_dir: str | None) -> list[float]:
 def run(args) -> int:
     from bench.s3local import TEST_ENV, MotoServer, Proxy, upload_folder
     from dali_backend import SampleIndex
-    from dali_backend.synthetic import generate_defect_dataset
+    from dali_backend.core.synthetic import generate_defect_dataset
 
     w, h = args.source_size
     root = generate_defect_dataset(default_cache() / f"bench-storage-{w}x{h}-{args.images}", n=args.images,

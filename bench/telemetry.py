@@ -24,8 +24,8 @@ import time
 def _dataset(images: int):
     """The benchmark's synthetic data set (generated once, cached like ``python -m bench``'s)."""
     from dali_backend import AugmentSpec, SampleIndex
-    from dali_backend.cliargs import default_cache
-    from dali_backend.synthetic import generate_defect_dataset
+    from dali_backend.cli.cliargs import default_cache
+    from dali_backend.core.synthetic import generate_defect_dataset
     from fallback import ImageDataset
 
     root = default_cache() / f"bench-{images}-640x480"
@@ -100,7 +100,7 @@ def bookkeeping_cost() -> dict:
 
 
 def injected(ds, index, kind: str, batches: int) -> list[dict]:
-    from dali_backend.reading import SampleReader
+    from dali_backend.core.reading import SampleReader
 
     rows = []
     read = SampleReader.read

@@ -8,15 +8,55 @@ computed, with per-draw parameters from :func:`draw_params`). Importing this pac
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.machinery
 import logging
+import sys
 
-from .augment import AmplificationWarning, AugmentSpec, AugParams, Clahe, draw_params
+# The module paths of the flat layout (before the layer folders), kept working: `import dali_backend.sampler`
+# gives the very module `dali_backend.sampling.sampler` (one object, not a copy). The one table of old
+# paths; scripts/import_graph.py reads it, so an import through an old path is an arrow to its target.
+ALIASES = {
+    **{f"dali_backend.{m}": f"dali_backend.core.{m}"
+       for m in ("amplification", "augment", "boundary", "labelling", "reading", "synthetic", "tensors", "transfer")},
+    **{f"dali_backend.{m}": f"dali_backend.sampling.{m}" for m in ("clips", "grouping", "sampler", "schedule", "sequences")},
+    "dali_backend.jpeg": "dali_backend.formats.jpeg",
+    **{f"dali_backend.{m}": f"dali_backend.util.{m}" for m in ("memory", "procstats", "progress", "strings")},
+    **{f"dali_backend.{m}": f"dali_backend.facade.{m}" for m in ("arguments", "autotune", "changes", "clipbatches", "epochs")},
+    "dali_backend.loader": "dali_backend.facade.loader",
+    "dali_backend.exporters": "dali_backend.telemetry.exporters",
+    **{f"dali_backend.{m}": f"dali_backend.cli.{m}" for m in ("cliargs", "pictures")},
+}
+
+
+class _AliasLoader(importlib.abc.Loader):
+    def create_module(self, spec):
+        module = importlib.import_module(ALIASES[spec.name])
+        self.spec = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        module.__spec__ = self.spec  # the import system gave the module the alias's spec; give it back its own
+
+
+class _AliasFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in ALIASES:
+            return importlib.machinery.ModuleSpec(fullname, _AliasLoader())
+        return None
+
+
+if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
+    sys.meta_path.insert(0, _AliasFinder())
+
+from .core.augment import AmplificationWarning, AugmentSpec, AugParams, Clahe, draw_params
 from .errors import (BadImageError, ConfigError, DaliBackendError, FallbackWarning, IndexBuildError, IndexFileError,
                      LoaderClosedError, LoaderTimeoutError, LoaderWorkerError, ManifestError, MissingDependencyError,
                      OutputFileError, StaleIndexError, StaleIteratorError)
 from .index import Rejected, SampleIndex
-from .labelling import DEFAULT_KEYWORDS, KeywordRules
-from .sequences import Sequences
+from .core.labelling import DEFAULT_KEYWORDS, KeywordRules
+from .sampling.sequences import Sequences
 
 logging.getLogger("dali_backend").addHandler(logging.NullHandler())
 
@@ -37,19 +77,19 @@ __all__ = [
 
 def __getattr__(name: str):
     if name in ("Draw", "WeightedSampler"):
-        from . import sampler
+        from .sampling import sampler
 
         return getattr(sampler, name)
     if name in ("AspectGroupedSampler", "padding_fraction"):
-        from . import grouping
+        from .sampling import grouping
 
         return getattr(grouping, name)
     if name in ("Clip", "ClipSampler"):
-        from . import clips
+        from .sampling import clips
 
         return getattr(clips, name)
     if name in ("DaliLoader", "FallbackLoader"):
-        from . import loader
+        from .facade import loader
 
         return getattr(loader, name)
     if name == "ImageDataset":  # the contract's dataset, executed on the CPU by the fallback (OpenCV)

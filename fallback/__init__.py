@@ -14,7 +14,7 @@ def __getattr__(name: str):
     # facade; this package only names it, on first use, for code written as
     # `from fallback import FallbackLoader`. The one arrow from here to the facade, and a lazy one.
     if name == "FallbackLoader":
-        from dali_backend.loader import FallbackLoader
+        from dali_backend.facade.loader import FallbackLoader
 
         return FallbackLoader
     raise AttributeError(f"module 'fallback' has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """``ImageDataset``: the shared contract executed on the CPU with OpenCV, one sample at a time.
 
-Accepts the sampler's :class:`~dali_backend.sampler.Draw` records (augmentation parameters from the
+Accepts the sampler's :class:`~dali_backend.sampling.sampler.Draw` records (augmentation parameters from the
 draw's epoch and position) and plain integer indices (parameters from the dataset's own epoch, set
 with :meth:`ImageDataset.set_epoch`, and the index). Safe in forked workers: OpenCV's thread pool is
 switched off in each worker (``cv2.setNumThreads(0)``; ``1`` can deadlock after a fork: measured) and
@@ -19,12 +19,12 @@ import torch
 from numpy.typing import NDArray
 from torch.utils.data import Dataset, get_worker_info
 
-from dali_backend.augment import AugmentSpec, AugParams, draw_params
+from dali_backend.core.augment import AugmentSpec, AugParams, draw_params
 from dali_backend.errors import BadImageError, ConfigError
 from dali_backend.index import SampleIndex
-from dali_backend.tensors import apply_batch_ops, batch_params
-from dali_backend.reading import OnError, SampleReader, check_on_error
-from dali_backend.sampler import as_draw, check_epoch
+from dali_backend.core.tensors import apply_batch_ops, batch_params
+from dali_backend.core.reading import OnError, SampleReader, check_on_error
+from dali_backend.sampling.sampler import as_draw, check_epoch
 
 from . import ops
 
@@ -44,7 +44,7 @@ def _configure_worker() -> None:
 def resolve_item(item, default_epoch: int) -> tuple[int, int | None, int, int]:
     """``(sample index, epoch or None, epoch used for parameters, position)`` of a Draw or an int.
 
-    The draw is :func:`dali_backend.sampler.as_draw`'s, the rule every loader uses (an int ``i`` is
+    The draw is :func:`dali_backend.sampling.sampler.as_draw`'s, the rule every loader uses (an int ``i`` is
     drawn at position ``i`` of the dataset's epoch); ``None`` marks a plain int for error messages.
     """
     draw = as_draw(item, default_epoch)
@@ -91,7 +91,7 @@ class ImageDataset(Dataset):
         spec: the augmentation (default ``AugmentSpec()``: gray, CLAHE, 256x256, light jitter).
         seed: augmentation seed (parameters are a pure function of seed, epoch and position).
         on_error: ``"raise"`` (default) or ``"skip"``: replace a bad file by another sample of its
-            class, chosen deterministically (see :mod:`dali_backend.reading`).
+            class, chosen deterministically (see :mod:`dali_backend.core.reading`).
         cache: hold every file's encoded bytes in shared memory (costs the data set's size on disk
             in RAM, once for all workers and both backends; see ``EncodedCache``).
         cache_dir: a folder on local disk caching every sample read (for an ``s3://`` index or a slow

@@ -1,6 +1,6 @@
 """The CPU executor: planned draws in, uint8 batches out, through a torch ``DataLoader``.
 
-The loader facade (:class:`dali_backend.loader.DaliLoader`) plans each pass (which draws, in which
+The loader facade (:class:`dali_backend.facade.loader.DaliLoader`) plans each pass (which draws, in which
 batches) and owns epochs, accounting, normalisation and errors; this executor only turns planned
 batches into pixels with OpenCV in DataLoader worker processes. Workers return augmented
 single-channel (gray) or RGB uint8 images: a gray float32 3x256x256 sample is 786 KB, its uint8
@@ -19,11 +19,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from dali_backend.boundary import BadDraw, Batch, Plan, plain_params
+from dali_backend.core.boundary import BadDraw, Batch, Plan, plain_params
 from dali_backend.errors import BadImageError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError
-from dali_backend.memory import BATCHES_PER_TRIM, EveryNth
-from dali_backend.reading import SERVED_BAD, ClipTable
-from dali_backend.sampler import Draw
+from dali_backend.util.memory import BATCHES_PER_TRIM, EveryNth
+from dali_backend.core.reading import SERVED_BAD, ClipTable
+from dali_backend.sampling.sampler import Draw
 
 from .dataset import ImageDataset
 
@@ -45,7 +45,7 @@ class _Uint8View(Dataset):
 
     A bad file under ``on_error="raise"`` is not raised in the worker (torch would re-raise it as text,
     losing its fields): the sample comes back blank with ``served = SERVED_BAD`` and a
-    :class:`~dali_backend.boundary.BadDraw`, and the loader raises :class:`BadImageError` when it
+    :class:`~dali_backend.core.boundary.BadDraw`, and the loader raises :class:`BadImageError` when it
     reaches that batch, as the DALI path does.
     """
 
@@ -69,7 +69,7 @@ class _Uint8View(Dataset):
 
     def _clip(self, draws: list[Draw]) -> list:
         """The samples of one clip's frames under ``on_error="skip"``: every frame of the clip, or every
-        frame of its replacement (:meth:`~dali_backend.reading.SampleReader.serve_clip`)."""
+        frame of its replacement (:meth:`~dali_backend.core.reading.SampleReader.serve_clip`)."""
         if len(draws) != self.clips.clip_len or len({(d.epoch, d.position) for d in draws}) != 1:
             raise RuntimeError(f"a batch's frames {draws} do not make whole clips of {self.clips.clip_len}; this is "
                                "a bug in dali_backend, please report it")
@@ -178,7 +178,7 @@ class TorchExecutor:
 
     Args are ``DataLoader``'s (``worker_init_fn``, ``prefetch_factor``, ``persistent_workers``,
     ``multiprocessing_context``, ``pin_memory``/``pin_memory_device`` and ``timeout`` as there);
-    ``clips``: the sampler's :class:`~dali_backend.reading.ClipTable` when the rows are clips (runs of
+    ``clips``: the sampler's :class:`~dali_backend.core.reading.ClipTable` when the rows are clips (runs of
     ``clip_len`` frames): under ``on_error="skip"`` a clip with a bad frame is replaced whole.
     """
 
@@ -206,7 +206,7 @@ class TorchExecutor:
             multiprocessing_context=multiprocessing_context if workers else None, **extra)
 
     def run(self, rows: np.ndarray, key=None, plan_next=None):
-        """Yield a :class:`~dali_backend.boundary.Batch` per batch of planned ``rows``.
+        """Yield a :class:`~dali_backend.core.boundary.Batch` per batch of planned ``rows``.
 
         ``key`` and ``plan_next`` (planning ahead) are the DALI executor's; this one plans per pass."""
         self.rows = rows

@@ -15,8 +15,8 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
-from dali_backend.augment import AugmentSpec
-from dali_backend.tensors import normalize  # noqa: F401  (re-exported: one normalisation for both backends)
+from dali_backend.core.augment import AugmentSpec
+from dali_backend.core.tensors import normalize  # noqa: F401  (re-exported: one normalisation for both backends)
 
 Image = NDArray[np.uint8]  # HxW (gray) or HxWx3 (RGB)
 

@@ -1,5 +1,5 @@
 """A griffe extension for the docs site (mkdocs.yml loads it for mkdocstrings): the library's
-docstrings use Sphinx cross-reference roles (``:class:`SampleIndex```, ``:func:`~dali_backend.sampler.as_draw```)
+docstrings use Sphinx cross-reference roles (``:class:`SampleIndex```, ``:func:`~dali_backend.sampling.sampler.as_draw```)
 inside otherwise Google-style, Markdown-friendly text. Markdown would print the roles literally; this
 turns each into inline code, linked to the object's reference entry where the site documents it (an
 optional cross-reference: a target that is not on the site stays plain code, without a warning).

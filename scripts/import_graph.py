@@ -19,26 +19,52 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-PARTS = [  # (part, module-name prefix), first match wins
-    ("contract: index", "dali_backend.index"), ("contract: transforms", "dali_backend.transforms"),
-    ("executor: dali", "dali_backend.dali"), ("executor: dali", "dali_backend.pipeline"),
-    ("executor: dali", "dali_backend.schedule"), ("executor: fallback", "fallback"),
-    ("facade", "dali_backend.loader"), ("facade", "dali_backend.epochs"), ("facade", "dali_backend.telemetry"), ("facade", "dali_backend.autotune"), ("facade", "dali_backend.arguments"), ("facade", "dali_backend.changes"), ("facade", "dali_backend.clipbatches"), ("facade", "dali_backend.exporters"), ("cli", "dali_backend.cli"),
-    ("cli", "dali_backend.__main__"), ("cli", "dali_backend.demo"), ("cli", "dali_backend.preview"), ("cli", "dali_backend.pictures"), ("cli", "dali_backend.cliargs"),
-    ("bench", "bench"), ("package", "dali_backend"),
+# The layer rule, read from the tree: (module-name prefix, layer, part), the longest matching prefix wins;
+# a module in a folder is classified by its folder. An arrow may only point down a layer (or within
+# one). tests/test_imports.py checks the rule from this table and docs/concepts/architecture.md
+# against it; a module directly under dali_backend/ that no entry names is unclassified (an error).
+LAYERS = [
+    ("dali_backend.errors", 0, "contract"), ("dali_backend._own", 0, "contract"), ("dali_backend.util", 0, "contract: util"),
+    ("dali_backend.core", 0, "contract"), ("dali_backend.sampling", 0, "contract: sampling"),
+    ("dali_backend.formats", 0, "contract: formats"), ("dali_backend.transforms", 0, "contract: transforms"),
+    ("dali_backend.index", 0, "contract: index"), ("dali_backend.storage", 0, "contract: storage"),
+    ("dali_backend.dali", 1, "executor: dali"), ("fallback", 1, "executor: fallback"),
+    ("dali_backend", 2, "facade: package"), ("dali_backend.facade", 2, "facade"), ("dali_backend.telemetry", 2, "facade: telemetry"),
+    ("dali_backend.cli", 3, "cli"), ("dali_backend.__main__", 3, "cli"), ("bench", 3, "bench"),
 ]
-CONTRACT_LEAVES = {"storage", "amplification", "sequences", "clips", "schedule", "procstats", "errors", "strings", "progress", "memory", "jpeg", "labelling", "reading", "sampler", "augment",
-                   "synthetic", "tensors", "boundary", "_own", "index"}
+LAYER_NAMES = ["contract", "executors", "facade", "cli and bench"]
+
+
+class Unclassified(LookupError):
+    pass
+
+
+def classify(module: str) -> tuple[int, str]:
+    """(layer, part) of a module, from the longest prefix of LAYERS it falls under."""
+    best = max((p for p in LAYERS if module == p[0] or module.startswith(p[0] + ".")), key=lambda p: len(p[0]),
+               default=None)
+    if best is None or (best[0] == "dali_backend" and module != "dali_backend"):
+        raise Unclassified(f"{module}: no layer; put it in a folder that scripts/import_graph.py's LAYERS names, "
+                           "or add its prefix to LAYERS")
+    return best[1], best[2]
 
 
 def part(module: str) -> str:
-    leaf = module.split(".")[1] if module.startswith("dali_backend.") else ""
-    if leaf in CONTRACT_LEAVES:
-        return "contract" if leaf != "index" else "contract: index"
-    for name, prefix in PARTS:
-        if module == prefix or module.startswith(prefix + "."):
-            return name
-    return "other"
+    try:
+        return classify(module)[1]
+    except Unclassified:
+        return "other"
+
+
+def aliases(root: Path) -> dict[str, str]:
+    """The old module paths kept working (``ALIASES`` in dali_backend/__init__.py): old -> new."""
+    init = root / "dali_backend" / "__init__.py"
+    if not init.exists():
+        return {}
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ALIASES" for t in node.targets):
+            return eval(compile(ast.Expression(node.value), str(init), "eval"), {})  # our own literal table
+    return {}
 
 
 def modules_of(root: Path) -> tuple[dict[str, Path], dict[str, str]]:
@@ -55,6 +81,14 @@ def modules_of(root: Path) -> tuple[dict[str, Path], dict[str, str]]:
 
 def graph(root: Path) -> dict[str, set[str]]:
     modules, packages = modules_of(root)
+    alias = aliases(root)
+
+    def real(name: str) -> str:  # an old path of ALIASES is an arrow to the module it names
+        for old in sorted(alias, key=len, reverse=True):
+            if name == old or name.startswith(old + "."):
+                return alias[old] + name[len(old):]
+        return name
+
     edges: dict[str, set[str]] = {m: set() for m in modules}
     by_file = {str(p.relative_to(root).with_suffix("")).replace("/", "."): m for m, p in modules.items()}
     for name, path in modules.items():
@@ -67,7 +101,7 @@ def graph(root: Path) -> dict[str, set[str]]:
                     anchor = packages[name].split(".")
                     anchor = ".".join(anchor[:len(anchor) - (node.level - 1)])
                     base = f"{anchor}.{base}" if base else anchor
-                subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules]
+                subs = [real(f"{base}.{a.name}") for a in node.names if real(f"{base}.{a.name}") in modules]
                 targets += subs or [base]
             elif isinstance(node, ast.Import):
                 targets += [a.name for a in node.names]
@@ -80,6 +114,7 @@ def graph(root: Path) -> dict[str, set[str]]:
         for m in re.findall(r'["\'](?:\.\./)?((?:dali_backend|fallback|bench)/[\w/]+)\.py["\']', source):
             targets.append(by_file.get(m.replace("/", "."), m.replace("/", ".")))
         for t in targets:
+            t = real(t)
             while t and t not in modules and "." in t:
                 t = t.rsplit(".", 1)[0]
             if t in modules and t != name and not name.startswith(t + "."):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from dali_backend.synthetic import generate_defect_dataset
+from dali_backend.core.synthetic import generate_defect_dataset
 
 
 def cuda_available() -> bool:
@@ -86,7 +86,7 @@ def with_exif_orientation(jpeg: bytes, orientation: int) -> bytes:
 @pytest.fixture(scope="session")
 def odd_root(tmp_path_factory) -> Path:
     """Awkward images: 1x1, 7x5, 2000x40, 40x2000, EXIF-rotated, gray and colour, one large."""
-    from dali_backend.synthetic import make_image
+    from dali_backend.core.synthetic import make_image
 
     root = tmp_path_factory.mktemp("odd")
     write(root / "a" / "one.jpg", jpeg_bytes(1, 1, seed=1))

@@ -11,7 +11,7 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
-from dali_backend.augment import AugmentSpec, AugParams
+from dali_backend.core.augment import AugmentSpec, AugParams
 from dali_backend.transforms.resample import resize
 
 Image = NDArray[np.uint8]

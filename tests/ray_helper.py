@@ -49,7 +49,7 @@ def train_loop(config: dict) -> None:
             seen += [(epoch, p, i) for p, i in zip(meta["position"].tolist(), meta["planned"].tolist())]
             if config.get("stop_at") == [epoch, step + 1]:  # a preemption right after a checkpoint
                 with tempfile.TemporaryDirectory() as folder:
-                    if rank == 0:  # one rank's loader state is enough (dali_backend.epochs)
+                    if rank == 0:  # one rank's loader state is enough (dali_backend.facade.epochs)
                         with open(os.path.join(folder, "loader.json"), "w") as f:
                             json.dump(loader.state_dict(), f)
                     ray.train.report({"epoch": epoch, "step": step + 1},

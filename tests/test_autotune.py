@@ -124,7 +124,7 @@ def plant(ds, backend: str, entry) -> Path:
 
 
 def test_empty_or_relative_xdg_cache_home_means_unset(monkeypatch, tmp_path):
-    from dali_backend.cliargs import default_cache
+    from dali_backend.cli.cliargs import default_cache
 
     monkeypatch.setenv("HOME", str(tmp_path))
     home_cache = tmp_path / ".cache" / "dali_backend" / "autotune.json"

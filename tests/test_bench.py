@@ -50,7 +50,7 @@ def test_the_dali_contender_finds_its_operator_threads_and_its_stages(tmp_path):
     breakdown in this process: the loader's own CPU is read against its operator threads' CPU."""
     from bench.contenders import dali_stage_breakdown
     from dali_backend import SampleIndex
-    from dali_backend.synthetic import generate_defect_dataset
+    from dali_backend.core.synthetic import generate_defect_dataset
 
     # images large enough that the timed epochs cost several clock ticks: the process tree's CPU is read
     # in ticks (10 ms; psutil), the operator threads' in nanoseconds (schedstat), so a run of a few
@@ -205,7 +205,7 @@ def test_unavailable_contenders_are_skipped_with_the_reason(monkeypatch, caplog)
     ran = []
     monkeypatch.setattr(bench_main, "_run_size", lambda index, root, out, png, args, names, machine: ran.append(names) or {"results": [], "failed": {}})
     monkeypatch.setattr(bench_main, "machine_info", lambda: {})
-    monkeypatch.setattr("dali_backend.synthetic.generate_defect_dataset", lambda root, **kw: root)
+    monkeypatch.setattr("dali_backend.core.synthetic.generate_defect_dataset", lambda root, **kw: root)
     monkeypatch.setattr("dali_backend.SampleIndex.from_folder", staticmethod(lambda root, **kw: None))
     args = bench_main.build_parser().parse_args(["--only", "fallback", "dali-gpu", "--no-plot"])
     with caplog.at_level("WARNING", logger="bench"):
@@ -234,7 +234,7 @@ def test_a_failing_contender_is_reported_and_the_next_ones_run(tmp_path, monkeyp
     the benchmark is 1."""
     import bench.__main__ as bench_main
     from dali_backend import SampleIndex
-    from dali_backend.synthetic import generate_defect_dataset
+    from dali_backend.core.synthetic import generate_defect_dataset
 
     index = SampleIndex.from_folder(generate_defect_dataset(tmp_path / "data", n=6, size=(32, 24), seed=0,
                                                             progress=False), progress=False)
@@ -262,7 +262,7 @@ def test_a_failing_contender_is_reported_and_the_next_ones_run(tmp_path, monkeyp
     monkeypatch.setattr(bench_main, "_run_size", lambda *a: doc)
     monkeypatch.setattr(bench_main, "machine_info", lambda: {})
     monkeypatch.setattr(bench_main, "unavailable", lambda names: {})
-    monkeypatch.setattr("dali_backend.synthetic.generate_defect_dataset", lambda root, **kw: root)
+    monkeypatch.setattr("dali_backend.core.synthetic.generate_defect_dataset", lambda root, **kw: root)
     monkeypatch.setattr("dali_backend.SampleIndex.from_folder", staticmethod(lambda root, **kw: None))
     assert bench_main.run(bench_main.build_parser().parse_args(["--no-plot"])) == 1
 

@@ -13,7 +13,7 @@ import pytest
 from bench.equivalence import example_ops
 from conftest import KINDS, jpeg_bytes, write
 from dali_backend import AugmentSpec, BadImageError, DaliLoader, SampleIndex, WeightedSampler
-from dali_backend.boundary import BadDraw, Kind, Plan, padding_rows, plain_params, planned_rows
+from dali_backend.core.boundary import BadDraw, Kind, Plan, padding_rows, plain_params, planned_rows
 from dali_backend.dali.wire import NOTE_HEADER, SlotRing, note_bytes
 from dali_backend.transforms import REGISTRY, Resize
 from fallback import ImageDataset

@@ -15,7 +15,7 @@ from conftest import jpeg_bytes, write
 from conftest import run_cli
 from dali_backend import SampleIndex
 from dali_backend.cli import main
-from dali_backend.pictures import letterbox_tile
+from dali_backend.cli.pictures import letterbox_tile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -142,7 +142,7 @@ def test_bench_without_matplotlib_says_how_to_install(monkeypatch, small_root, c
 
 
 def test_no_import_cycle_between_cli_and_bench():
-    """bench's parser comes from bench; the shared helpers from dali_backend.cliargs: bench never imports
+    """bench's parser comes from bench; the shared helpers from dali_backend.cli.cliargs: bench never imports
     dali_backend.cli (so the CLI can import bench without a cycle)."""
     code = "import sys, bench.__main__, bench.contenders, bench.plots, bench.measure; print('dali_backend.cli' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

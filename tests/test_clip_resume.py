@@ -11,7 +11,7 @@ import pytest
 from conftest import KINDS, jpeg_bytes, write
 from resume_harness import resume_on, save_one_rank
 from dali_backend import AugmentSpec, ConfigError, DaliLoader, SampleIndex
-from dali_backend.clips import ClipSampler
+from dali_backend.sampling.clips import ClipSampler
 from fallback import ImageDataset
 
 CLIPS, BATCH, SEED, EPOCH, T = 30, 2, 3, 2, 3

@@ -13,9 +13,9 @@ from torch.utils.data import DataLoader
 
 from conftest import KINDS, LOADER_ARGS, jpeg_bytes, needs_cuda, write
 from dali_backend import AugmentSpec, BadImageError, ConfigError, DaliLoader, ManifestError, SampleIndex
-from dali_backend.clips import Clip, ClipSampler
-from dali_backend.sampler import Draw
-from dali_backend.sequences import Sequences, frame_number, natural_key
+from dali_backend.sampling.clips import Clip, ClipSampler
+from dali_backend.sampling.sampler import Draw
+from dali_backend.sampling.sequences import Sequences, frame_number, natural_key
 from dali_backend.transforms import ColorJitter, RandomHorizontalFlip, RandomResizedCrop
 from fallback import ImageDataset
 from levels import PRESET_MAX_LEVELS, assert_within_tolerance

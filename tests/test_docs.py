@@ -5,7 +5,7 @@ run in order in one namespace (a page reads as one session), in a fresh temporar
 small synthetic data set laid out as the pages assume:
 
 * ``data/train/<class>/*.jpg`` and ``data/val/<class>/*.jpg``: the classes ``dent``, ``normal``,
-  ``scratch`` (80/13/7, :func:`dali_backend.synthetic.generate_defect_dataset`), small images;
+  ``scratch`` (80/13/7, :func:`dali_backend.core.synthetic.generate_defect_dataset`), small images;
 * ``raw/``: files named the way a line's raw export names them, for the keyword examples (beside
   ``data/``, which holds splits only);
 * ``lines/<class>/<run>/frame<N>.jpg``: a line camera's sequences for the clips guide (``normal/run1``
@@ -81,7 +81,7 @@ def commands(block: Block) -> list[list[str]]:
 
 
 def make_data(folder: Path) -> None:
-    from dali_backend.synthetic import generate_defect_dataset
+    from dali_backend.core.synthetic import generate_defect_dataset
 
     generate_defect_dataset(folder / "data" / "train", n=24, size=(64, 48), seed=0, progress=False)
     generate_defect_dataset(folder / "data" / "val", n=12, size=(64, 48), seed=1, progress=False)
@@ -131,7 +131,7 @@ def strict_warnings() -> None:
     """An example must not trigger the library's warnings about its own use (an argument without effect,
     CLAHE after a resampling operation); running on the CPU fallback here is expected."""
     from dali_backend import FallbackWarning
-    from dali_backend.augment import AmplificationWarning
+    from dali_backend.core.augment import AmplificationWarning
 
     warnings.filterwarnings("error", message="DaliLoader: ")
     warnings.filterwarnings("error", category=AmplificationWarning)

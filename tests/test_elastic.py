@@ -15,7 +15,7 @@ import pytest
 from conftest import KINDS
 from resume_harness import resume_on, save_one_rank
 from dali_backend import AugmentSpec, ConfigError, DaliLoader, WeightedSampler
-from dali_backend.sampler import rank_slice, remainder_slice
+from dali_backend.sampling.sampler import rank_slice, remainder_slice
 from fallback import ImageDataset
 
 NUM_SAMPLES, BATCH, SEED, EPOCH = 45, 4, 4, 3

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dali_backend import SampleIndex, WeightedSampler
-from dali_backend.sampler import rank_slice
+from dali_backend.sampling.sampler import rank_slice
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_SAMPLES, SEED = 45, 4

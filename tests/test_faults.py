@@ -404,7 +404,7 @@ def test_arguments_a_backend_ignores_warn(small_root, kind, kwargs, name):
 @pytest.mark.parametrize("kind", KINDS)
 def test_timeout_is_honoured_on_both_backends(small_root, tmp_path, kind):
     proc = run_script(tmp_path, """
-        from dali_backend.reading import SampleReader
+        from dali_backend.core.reading import SampleReader
         real = SampleReader.read
         def slow(self, i, epoch=None):
             if i == 6:

@@ -72,7 +72,7 @@ def test_choosing_a_backend_never_initialises_cuda(monkeypatch, ds):
 
     monkeypatch.setattr(torch.cuda, "is_available", poisoned)
     monkeypatch.setattr(torch.cuda, "current_device", poisoned)
-    from dali_backend.loader import choose_backend
+    from dali_backend.facade.loader import choose_backend
 
     assert choose_backend("auto", "auto")[0] in ("torch", "dali-gpu")
 
@@ -128,7 +128,7 @@ def test_each_torchrun_rank_gets_its_gpu_without_touching_cuda(monkeypatch, loca
     ("single process before CUDA init", {}, {}, 0),
 ])
 def test_the_gpu_follows_the_launcher_before_torchs_current_device(monkeypatch, case, env, kw, want):
-    from dali_backend.arguments import choose_backend
+    from dali_backend.facade.arguments import choose_backend
     from dali_backend.dali.devices import _local_device_id
 
     launched(monkeypatch, env, **{"gpus": 8, **kw})

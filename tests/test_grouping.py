@@ -13,9 +13,9 @@ import torch
 from conftest import KINDS, jpeg_bytes, write
 from dali_backend import (AspectGroupedSampler, AugmentSpec, ConfigError, DaliLoader, SampleIndex, WeightedSampler,
                           padding_fraction)
-from dali_backend.clips import ClipSampler
-from dali_backend.grouping import aspect_edges, aspect_groups, grouped_order
-from dali_backend.sampler import LabelledItems
+from dali_backend.sampling.clips import ClipSampler
+from dali_backend.sampling.grouping import aspect_edges, aspect_groups, grouped_order
+from dali_backend.sampling.sampler import LabelledItems
 from dali_backend.transforms import ColorJitter, RandomHorizontalFlip, Resize
 from fallback import ImageDataset
 from levels import assert_within_tolerance

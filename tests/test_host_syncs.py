@@ -1,4 +1,4 @@
-"""No host sync in the steady state of a ``dali-gpu`` pass (``dali_backend.transfer``).
+"""No host sync in the steady state of a ``dali-gpu`` pass (``dali_backend.core.transfer``).
 
 A host-to-device copy from pageable memory, or with ``non_blocking=False``, makes torch's CUDA copy
 synchronise the stream: ``next()`` then waits for the training step's queued GPU work. On the CPU the
@@ -19,7 +19,7 @@ import torch
 
 from conftest import needs_cuda
 from dali_backend import AugmentSpec
-from dali_backend.tensors import apply_batch_ops, batch_params, normalize
+from dali_backend.core.tensors import apply_batch_ops, batch_params, normalize
 from dali_backend.transforms import Normalize, RandomErasing, Resize
 
 META = torch.device("meta")
@@ -112,7 +112,7 @@ def runner_on(device: torch.device, labels: np.ndarray):
 
 def runner_batch(runner, n: int, padded: int):
     """One batch of ``n`` draws (the last ``padded`` rows padding) as DALI hands it over on ``device``."""
-    from dali_backend.boundary import Kind
+    from dali_backend.core.boundary import Kind
 
     expected = np.zeros((n, 5), np.int64)
     expected[:, 0] = expected[:, 1] = np.arange(n)
@@ -130,7 +130,7 @@ SPEC = AugmentSpec(ops=[Resize((8, 8)), Normalize(MEAN, STD), RandomErasing(p=1.
 def per_batch_steps(device: torch.device) -> None:
     """What a ``dali-gpu`` pass does per batch on the host: the runner's labels (and padding rows cut
     off), normalisation, the batch operations, and the clip labels."""
-    from dali_backend.clipbatches import ClipBatchesMixin
+    from dali_backend.facade.clipbatches import ClipBatchesMixin
 
     runner = runner_on(device, np.arange(8, dtype=np.int64) % 3)
     batch = runner_batch(runner, 8, padded=2)

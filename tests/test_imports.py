@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -32,46 +33,31 @@ def module_graph(root: pathlib.Path = ROOT) -> dict[str, set[str]]:
     """Every import between our modules (dali_backend, fallback, bench): at module level *and* inside
     functions, plus imports by location (``own("...")``, ``import_module``, a path to one of our files),
     so that no arrow hides. Read by ``scripts/import_graph.py``, the same reader the closing notes quote."""
+    return import_graph().graph(root)
+
+
+def import_graph():
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         import import_graph
     finally:
         sys.path.remove(str(ROOT / "scripts"))
-    return import_graph.graph(root)
-
-
-# The layers, bottom up; an arrow may only point down (or within a layer).
-CONTRACT = {"dali_backend._own", "dali_backend.errors", "dali_backend.strings", "dali_backend.progress",
-            "dali_backend.memory", "dali_backend.jpeg", "dali_backend.labelling", "dali_backend.index",
-            "dali_backend.reading", "dali_backend.sampler", "dali_backend.augment", "dali_backend.synthetic",
-            "dali_backend.tensors", "dali_backend.transfer", "dali_backend.boundary", "dali_backend.procstats", "dali_backend.schedule",
-            "dali_backend.amplification",
-            "dali_backend.sequences", "dali_backend.clips", "dali_backend.grouping"}
-# tensors: the contract's last steps (normalisation), shared by both executors; boundary: the records
-# that cross between the facade and the executors (planned rows, Batch, BadDraw) and their protocol
-EXECUTORS = set()  # by package: dali_backend.dali (graph, wire, workers, devices, runner, hand-off) and fallback
-FACADE = {"dali_backend", "dali_backend.epochs", "dali_backend.loader", "dali_backend.telemetry", "dali_backend.autotune", "dali_backend.arguments",
-          "dali_backend.changes", "dali_backend.clipbatches",
-          "dali_backend.exporters"}
-TOP = {"dali_backend.cli", "dali_backend.cliargs", "dali_backend.pictures", "dali_backend.__main__"}
+    return import_graph
 
 
 def layer(module: str) -> int:
-    if module in CONTRACT or module.startswith(("dali_backend.transforms", "dali_backend.index.",
-                                                "dali_backend.storage")):
-        return 0
-    if module in EXECUTORS or module.startswith(("dali_backend.dali", "fallback")):
-        return 1
-    if module in FACADE:
-        return 2
-    if module in TOP or module.startswith("bench"):
-        return 3
-    raise AssertionError(f"{module}: put it in a layer (tests/test_imports.py)")
+    """The layer of a module, from the path-prefix table scripts/import_graph.py's LAYERS (bottom up:
+    contract 0, executors 1, facade 2, cli and bench 3); an unclassified module fails with the fix."""
+    graph = import_graph()
+    try:
+        return graph.classify(module)[0]
+    except graph.Unclassified as e:
+        raise AssertionError(str(e)) from None
 
 
 # Declared upward arrows, each for a reason: `from fallback import FallbackLoader` (the facade on the
 # CPU executor, defined with the facade) keeps working for users' code, lazily.
-DECLARED = {("fallback", "dali_backend.loader")}
+DECLARED = {("fallback", "dali_backend.facade.loader")}
 
 
 def test_module_graph_is_acyclic_with_function_level_imports():
@@ -115,7 +101,68 @@ def test_the_checks_see_function_level_arrows(tmp_path):
     edges = module_graph(tmp_path)
     assert edges["dali_backend.index"] == {"dali_backend.loader"}
     assert edges["dali_backend.loader"] == {"fallback.executor"}
-    assert layer("dali_backend.loader") > layer("dali_backend.index")
+    assert layer("dali_backend.facade.loader") > layer("dali_backend.index")
+
+
+def test_every_module_is_in_a_layer_by_its_folder():
+    """The layer rule reads path prefixes: every module of the tree is classified, a new module in a
+    folder gets its folder's layer, a new top-level module of dali_backend/ is refused with the fix."""
+    modules, _ = import_graph().modules_of(ROOT)
+    assert {m: layer(m) for m in modules}  # raises on an unclassified module
+    assert layer("dali_backend.core.colour") == 0 and layer("dali_backend.facade.accelerate_state") == 2
+    assert layer("dali_backend.dali.anything") == 1 and layer("dali_backend.cli.anything") == 3
+    with pytest.raises(AssertionError, match="dali_backend.colour: no layer; put it in a folder"):
+        layer("dali_backend.colour")
+
+
+def test_the_old_module_paths_are_the_new_modules():
+    """`import dali_backend.sampler` (the flat layout's paths, the reference's public ones) gives the very
+    module of its folder, and importing the package still loads neither DALI nor OpenCV."""
+    code = ("import sys, importlib, dali_backend\n"
+            "heavy = [m for m in sys.modules if m.startswith('nvidia') or m == 'cv2']\n"
+            "for old, new in dali_backend.ALIASES.items():\n"
+            "    assert importlib.import_module(old) is importlib.import_module(new), old\n"
+            "    assert sys.modules[old].__spec__.name == new, old\n"
+            "import dali_backend.sampler, dali_backend.exporters\n"
+            "from dali_backend.epochs import EpochLoaderMixin\n"
+            "from dali_backend import sampler, grouping, clips, sequences, synthetic, labelling, amplification, augment\n"
+            "assert dali_backend.sampler is sys.modules['dali_backend.sampling.sampler']\n"
+            "print(len(dali_backend.ALIASES), heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[1:] == ["[]"] and int(out.stdout.split()[0]) >= 13
+    public = {"dali_backend.augment", "dali_backend.sampler", "dali_backend.grouping", "dali_backend.clips",
+              "dali_backend.sequences", "dali_backend.synthetic", "dali_backend.labelling",
+              "dali_backend.amplification", "dali_backend.epochs", "dali_backend.exporters"}
+    assert public <= set(import_graph().aliases(ROOT))
+
+
+def test_the_graph_follows_the_old_paths(tmp_path):
+    """An import through an old path (ALIASES) is an arrow to the module it names: no arrow hides."""
+    for pkg in ("dali_backend", "dali_backend/core", "fallback", "bench"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "dali_backend" / "__init__.py").write_text("ALIASES = {'dali_backend.old': 'dali_backend.core.new'}\n")
+    (tmp_path / "dali_backend" / "core" / "new.py").write_text("")
+    (tmp_path / "fallback" / "executor.py").write_text("def f():\n    from dali_backend.old import x\n")
+    (tmp_path / "bench" / "run.py").write_text("from dali_backend import old\n")
+    edges = module_graph(tmp_path)
+    assert edges["fallback.executor"] == {"dali_backend.core.new"} and edges["bench.run"] == {"dali_backend.core.new"}
+
+
+def test_the_architecture_page_shows_the_tree():
+    """docs/concepts/architecture.md's tree names every folder the layer rule names, and only folders that exist."""
+    page = (ROOT / "docs" / "concepts" / "architecture.md").read_text()
+    tree = page.split("```text\n", 1)[1].split("```", 1)[0]
+    folders = {p[0].split(".")[1] for p in import_graph().LAYERS if p[0].count(".") == 1
+               and (ROOT / p[0].replace(".", "/")).is_dir()}
+    shown = set(re.findall(r"^  (\w+)/", tree, re.M))
+    assert folders == shown, f"folders in the rule {sorted(folders)}, in the page {sorted(shown)}"
+    assert all((ROOT / "dali_backend" / f).is_dir() for f in shown)
+    for prefix, n, _ in import_graph().LAYERS:
+        if prefix.startswith("dali_backend.") and prefix.count(".") == 1 and prefix.split(".")[1] in folders:
+            line = next(x for x in tree.splitlines() if x.startswith(f"  {prefix.split('.')[1]}/"))
+            assert f"layer {n}" in line, line
 
 
 def test_light_imports_stay_light():

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import jpeg_bytes, set_sof_size, write
 from dali_backend import (IndexBuildError, IndexFileError, ManifestError, SampleIndex, StaleIndexError)
-from dali_backend.jpeg import check_jpeg_bytes
+from dali_backend.formats.jpeg import check_jpeg_bytes
 
 
 def header_only(data: bytes) -> bytes:

@@ -8,7 +8,7 @@ import numpy as np
 from conftest import jpeg_bytes, write
 from corpus import ACCEPTED, build_corpus
 from dali_backend import SampleIndex
-from dali_backend.jpeg import check_jpeg_bytes
+from dali_backend.formats.jpeg import check_jpeg_bytes
 
 
 def half_blank(data: bytes, keep: float = 0.75) -> bytes:

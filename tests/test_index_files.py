@@ -195,7 +195,7 @@ def test_all_rejected_says_why(tmp_path):
 
 
 def test_package_files_are_not_reported_as_ignored(tmp_path):
-    from dali_backend.synthetic import generate_defect_dataset
+    from dali_backend.core.synthetic import generate_defect_dataset
 
     root = generate_defect_dataset(tmp_path / "demo", n=6, size=(16, 12), progress=False)
     assert any(p.name.startswith(".") and p.is_file() for p in root.iterdir())  # the marker file is there ...

@@ -1,5 +1,5 @@
 """A JPEG overwritten after its signature with fill bytes (0xFF) to the end, as erased flash reads: the
-marker walk (dali_backend/jpeg.py ``_Segments``) refuses it with a reason, never an IndexError."""
+marker walk (dali_backend/formats/jpeg.py ``_Segments``) refuses it with a reason, never an IndexError."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from conftest import KINDS, jpeg_bytes, write
 from dali_backend import AugmentSpec, BadImageError, DaliLoader, SampleIndex
-from dali_backend.jpeg import check_jpeg_bytes, decoded_size, header_refusal, read_frame_header
+from dali_backend.formats.jpeg import check_jpeg_bytes, decoded_size, header_refusal, read_frame_header
 from fallback import ImageDataset
 from test_overwritten_files import overwrite_in_place
 
@@ -32,7 +32,7 @@ def test_the_strict_check_names_fill_bytes_to_the_end_as_truncated_headers():
 def test_reader_refuses_a_file_overwritten_with_fill_bytes(tmp_path):
     """SampleReader.read (both backends' workers) raises BadImageError, not IndexError, for a file
     overwritten at the same size with SOI + 0xFF bytes."""
-    from dali_backend.reading import SampleReader
+    from dali_backend.core.reading import SampleReader
 
     for i in range(2):
         write(tmp_path / "a" / f"{i}.jpg", jpeg_bytes(seed=i))

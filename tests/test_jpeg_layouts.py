@@ -19,8 +19,8 @@ import pytest
 from conftest import jpeg_bytes, with_exif_orientation, write
 from dali_backend import AugmentSpec, BadImageError, SampleIndex, WeightedSampler
 from dali_backend.index import _decode_check
-from dali_backend.jpeg import check_jpeg_bytes, decoded_size, header_refusal
-from dali_backend.reading import SampleReader
+from dali_backend.formats.jpeg import check_jpeg_bytes, decoded_size, header_refusal
+from dali_backend.core.reading import SampleReader
 
 COLORS = ["gray", "rgb"]
 DISAGREE = "two EXIF segments with different orientations: decoders disagree"

@@ -24,7 +24,7 @@ import gc, json, sys
 import cv2, numpy as np, psutil
 from pathlib import Path
 from dali_backend import AugmentSpec, DaliLoader, SampleIndex
-from dali_backend.synthetic import make_image
+from dali_backend.core.synthetic import make_image
 from fallback import ImageDataset
 
 root = Path(sys.argv[1])

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import KINDS, jpeg_bytes, write
 from dali_backend import AugmentSpec, BadImageError, DaliLoader, SampleIndex, WeightedSampler
-from dali_backend.reading import SampleReader
+from dali_backend.core.reading import SampleReader
 from fallback import ImageDataset
 
 SLOW_S = 0.005  # per read: a share a few ms away

@@ -18,7 +18,7 @@ from conftest import run_cli
 from dali_backend import AugmentSpec, ConfigError, ImageDataset, IndexBuildError, ManifestError, SampleIndex
 from dali_backend.cli import build_parser
 from dali_backend.index import INDEX_CLI_FLAGS
-from dali_backend.labelling import KeywordRules
+from dali_backend.core.labelling import KeywordRules
 from dali_backend.transforms import Grayscale, Normalize, RandomHorizontalFlip, RandomResizedCrop, Resize
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -37,7 +37,7 @@ SPECS = {
 
 
 def test_the_documented_defaults_are_imagenets():
-    from dali_backend.augment import IMAGENET_MEAN as mean, IMAGENET_STD as std
+    from dali_backend.core.augment import IMAGENET_MEAN as mean, IMAGENET_STD as std
 
     assert mean == IMAGENET_MEAN and std == IMAGENET_STD
     spec = AugmentSpec()
@@ -75,7 +75,7 @@ def test_float_output_is_the_literal_formula_of_the_uint8_levels(defect_index, k
                                                    (128, 2, (128 / 255 - 0.406) / 0.225)])
 def test_single_levels_by_hand(level, channel, value):
     """Three numbers worked out on paper, through the shared normalisation both backends call."""
-    from dali_backend.tensors import normalize
+    from dali_backend.core.tensors import normalize
 
     x = torch.full((1, 1, 2, 2), level, dtype=torch.uint8)
     out = normalize(x, AugmentSpec(size=2))

@@ -1,7 +1,7 @@
 """Files overwritten after indexing at the same size (and with the same mtime): the run-time checks.
 
 The size check catches a file that changed length; these edits keep the length, so only the other
-run-time checks of ``dali_backend.reading`` stand between the damage and a decoder: the JPEG
+run-time checks of ``dali_backend.core.reading`` stand between the damage and a decoder: the JPEG
 signature and the end-of-image marker. Without them the random-tail file decodes to silent garbage on
 both backends and the bad-signature file fails later (DALI's decoder, then OpenCV) with another
 reason. Each case expects ``BadImageError`` naming the file, its index and label, and the reason.
@@ -70,7 +70,7 @@ def edited(tmp_path, request):
 def test_the_edits_keep_the_headers_and_the_size():
     """The edits are what the tests claim: same size; the random tail leaves the headers readable (so only
     the marker check can tell) and holds no end-of-image marker; the bad signature changes only SOI."""
-    from dali_backend.jpeg import header_refusal
+    from dali_backend.formats.jpeg import header_refusal
 
     data = jpeg_bytes(40, 56, seed=4)
     tail = random_tail(data)
@@ -120,7 +120,7 @@ def test_on_error_skip_replaces_a_file_overwritten_at_the_same_size(edited, kind
 
 def test_the_reader_names_the_reason_for_each_edit(tmp_path):
     """The same checks at the lowest level: ``SampleReader.read`` (what both backends' workers call)."""
-    from dali_backend.reading import SampleReader
+    from dali_backend.core.reading import SampleReader
 
     for i in range(3):
         write(tmp_path / "a" / f"{i}.jpg", jpeg_bytes(seed=i))

@@ -11,7 +11,7 @@ import torch
 
 from conftest import KINDS, LOADER_ARGS, jpeg_bytes, needs_cuda, write
 from dali_backend import AugmentSpec, ConfigError, DaliLoader, SampleIndex
-from dali_backend.clips import ClipSampler
+from dali_backend.sampling.clips import ClipSampler
 from dali_backend.transforms import ColorJitter, Normalize, RandomErasing, RandomHorizontalFlip, Resize
 from dali_backend.transforms.resize import shorter_side_size
 from fallback import ImageDataset

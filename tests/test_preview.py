@@ -7,7 +7,7 @@ import numpy as np
 from dali_backend import AugmentSpec
 from dali_backend import transforms as T
 from dali_backend.cli import main
-from dali_backend.pictures import crop_windows
+from dali_backend.cli.pictures import crop_windows
 
 RECIPE = ("RandomResizedCrop(64), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4), ToDtype('float32'), "
           "Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))")
@@ -50,7 +50,7 @@ def test_captions_fit_their_tile_at_small_sizes():
     labels no longer run into the next tile."""
     import numpy as np
 
-    from dali_backend.pictures import _text
+    from dali_backend.cli.pictures import _text
 
     for width in (200, 60, 24):
         img = np.zeros((20, 400, 3), np.uint8)

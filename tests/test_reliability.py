@@ -250,7 +250,7 @@ MEMORY_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from bench.measure import process_tree, tree_rss_mb
     from dali_backend import AugmentSpec, DaliLoader, SampleIndex, WeightedSampler
-    from dali_backend.synthetic import generate_defect_dataset
+    from dali_backend.core.synthetic import generate_defect_dataset
     from fallback import ImageDataset
 
     def anonymous_mb():

@@ -26,7 +26,7 @@ import pytest
 from conftest import jpeg_bytes, write
 from dali_backend import IndexBuildError, IndexFileError, ManifestError, SampleIndex
 from dali_backend.cli import main
-from dali_backend.cliargs import path_kind
+from dali_backend.cli.cliargs import path_kind
 from dali_backend.errors import OutputFileError
 from dali_backend.index import check_output_path
 

@@ -119,7 +119,7 @@ def test_memory_reached_through_numpy_or_dlpack_survives_share_memory(defect_roo
     a segfault once the pool was released)."""
     proc = run_child(tmp_path, PRELUDE + """
 import torch.multiprocessing as mp
-from dali_backend.tensors import release_pooled_outputs
+from dali_backend.core.tensors import release_pooled_outputs
 view, move = {how!r}.split("-")
 with DaliLoader(ds, batch_size=4, device="cpu", backend={backend!r}) as loader:
     for k, (x, y) in enumerate(loader):

@@ -172,7 +172,7 @@ PUBLISHED = {
 def image_sets() -> dict[str, list[np.ndarray]]:
     """The table's inputs: 64x64 RGB noise and smoothed noise (the issue's case), tiny RGB images
     (1x1 to 33x17) and synthetic 320x240 defect photos."""
-    from dali_backend.synthetic import make_image
+    from dali_backend.core.synthetic import make_image
 
     rng = np.random.default_rng(0)
     noise = [rng.integers(0, 256, (64, 64, 3), dtype=np.uint8) for _ in range(16)]

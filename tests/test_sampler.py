@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from dali_backend import ConfigError, Draw, SampleIndex, WeightedSampler
-from dali_backend.sampler import epoch_draw, rank_slice
-from dali_backend.strings import StringTable
+from dali_backend.sampling.sampler import epoch_draw, rank_slice
+from dali_backend.util.strings import StringTable
 
 
 def synthetic_index(counts=(800, 130, 70)) -> SampleIndex:

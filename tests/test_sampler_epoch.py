@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 from bench.equivalence import diff_stats, over_bound
 from conftest import KINDS
 from dali_backend import AugmentSpec, DaliLoader, WeightedSampler
-from dali_backend.sampler import Draw
+from dali_backend.sampling.sampler import Draw
 from fallback import ImageDataset, ops
 
 EPOCH = 3

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, RandomSampler
 from conftest import KINDS
 from dali_backend import AugmentSpec, ConfigError, DaliLoader, WeightedSampler
 from dali_backend.errors import StaleIteratorError
-from dali_backend.sampler import Draw, as_draw
+from dali_backend.sampling.sampler import Draw, as_draw
 from fallback import ImageDataset
 from levels import PRESET_MAX_LEVELS, assert_within_tolerance
 
@@ -169,7 +169,7 @@ def test_return_meta_with_an_operation_list(ds):
 @pytest.mark.parametrize("channels", [1, 3])
 def test_table_normalisation_is_bitwise_the_float_arithmetic(width, dtype, channels):
     """The CPU path normalises through a per-channel table (cv2.LUT); it must equal addcmul exactly."""
-    from dali_backend.tensors import _DTYPES, normalize
+    from dali_backend.core.tensors import _DTYPES, normalize
 
     spec = AugmentSpec(size=(5, width), dtype=dtype, color="gray" if channels == 1 else "rgb")
     x = torch.randint(0, 256, (3, channels, 5, width), dtype=torch.uint8, generator=torch.Generator().manual_seed(width))
@@ -185,14 +185,14 @@ def test_table_normalisation_is_bitwise_the_float_arithmetic(width, dtype, chann
 def test_normalising_an_empty_batch_gives_an_empty_batch(shape):
     """An empty batch (no samples, or no pixels) normalises to an empty batch of the output shape, as
     ``addcmul`` does; the table path must not reach ``cv2.LUT``, which returns None on empty input."""
-    from dali_backend.tensors import normalize
+    from dali_backend.core.tensors import normalize
 
     got = normalize(torch.zeros(shape, dtype=torch.uint8), AugmentSpec(size=8))
     assert got.shape == (shape[0], 3, *shape[2:]) and got.dtype == torch.float32
 
 
 def _normalised(value: int, spec: AugmentSpec) -> torch.Tensor:
-    from dali_backend.tensors import normalize
+    from dali_backend.core.tensors import normalize
 
     return normalize(torch.full((4, 1, 8, 8), value, dtype=torch.uint8), spec)
 
@@ -222,7 +222,7 @@ def test_a_batch_anybody_holds_is_never_overwritten(hold):
 
 
 def test_output_memory_comes_back_once_free_and_the_pool_stays_small():
-    from dali_backend.tensors import _ReusedMemory
+    from dali_backend.core.tensors import _ReusedMemory
 
     pool = _ReusedMemory(keep=2)
     a = pool.empty((2, 3, 4, 4))
@@ -241,7 +241,7 @@ def test_output_memory_comes_back_once_free_and_the_pool_stays_small():
 
 
 def test_a_pass_leaves_no_output_memory_resident(ds):
-    from dali_backend.tensors import _OUTPUTS
+    from dali_backend.core.tensors import _OUTPUTS
 
     with DaliLoader(ds, batch_size=4, sampler=WeightedSampler(ds.index, num_samples=12), **KINDS["torch"]) as loader:
         kept = [images for images, _ in loader]
@@ -259,7 +259,7 @@ def test_a_pass_leaves_no_output_memory_resident(ds):
 
 def test_a_pass_left_early_leaves_no_output_memory_resident(ds):
     """``break`` after a few batches (steps per epoch) ends the pass too: the free output memory goes."""
-    from dali_backend.tensors import _OUTPUTS
+    from dali_backend.core.tensors import _OUTPUTS
 
     with DaliLoader(ds, batch_size=4, sampler=WeightedSampler(ds.index, num_samples=40), **KINDS["torch"]) as loader:
         batches = iter(loader)

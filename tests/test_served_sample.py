@@ -17,7 +17,7 @@ import pytest
 from conftest import KINDS, jpeg_bytes, set_sof_size, write
 from dali_backend import AugmentSpec, BadImageError, DaliLoader, SampleIndex
 from dali_backend.errors import StaleIndexError
-from dali_backend.jpeg import check_jpeg_bytes, header_refusal, read_frame_header
+from dali_backend.formats.jpeg import check_jpeg_bytes, header_refusal, read_frame_header
 from dali_backend.storage.cache import DiskCache
 from dali_backend.storage.pack import pack
 from fallback import ImageDataset

@@ -137,7 +137,7 @@ def test_a_manifest_relative_to_a_url_root(s3, s3_defects, defect_index, tmp_pat
 
 def test_the_header_check_reads_byte_ranges_not_objects(s3, tmp_path):
     """640x480 photos (~60 KB): the check reads the first 16 KB and the last 2 bytes of each."""
-    from dali_backend.synthetic import generate_defect_dataset
+    from dali_backend.core.synthetic import generate_defect_dataset
 
     root = generate_defect_dataset(tmp_path / "big", n=6, size=(640, 480), seed=1, progress=False)
     url = upload(s3, root, "bigger")

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import KINDS, jpeg_bytes, write
 from dali_backend import AugmentSpec, ConfigError, DaliLoader, SampleIndex, WeightedSampler
-from dali_backend.reading import SampleReader
+from dali_backend.core.reading import SampleReader
 from dali_backend.telemetry import METRICS
 from fallback import ImageDataset
 
@@ -138,7 +138,7 @@ def test_tensorboard_scalars_read_back(index, tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from dali_backend.exporters import TensorBoardMetrics
+    from dali_backend.telemetry.exporters import TensorBoardMetrics
 
     with _loader(index, "torch") as loader:
         loader.on_metrics(TensorBoardMetrics(tmp_path / "tb"), every_s=0)
@@ -160,7 +160,7 @@ def test_lightning_callback_reaches_the_trainers_logger(index, tmp_path):
 
     import torch
 
-    from dali_backend.exporters import lightning_callback
+    from dali_backend.telemetry.exporters import lightning_callback
 
     class Model(L.LightningModule):
         def __init__(self):
@@ -216,7 +216,7 @@ def test_telemetry_off_measures_nothing_and_says_so(index):
 def test_the_tqdm_bar_shows_the_data_wait(index):
     from tqdm import tqdm
 
-    from dali_backend.exporters import TqdmMetrics
+    from dali_backend.telemetry.exporters import TqdmMetrics
 
     with _loader(index, "torch") as loader:
         bar = tqdm(loader, disable=False, file=open("/dev/null", "w"))

@@ -14,7 +14,7 @@ from bench.equivalence import EXAMPLES, compare_end_to_end, diff_stats, example_
 from bench.equivalence import test_images as make_test_images
 from dali_backend import AugmentSpec, ConfigError, DaliLoader, SampleIndex, WeightedSampler, draw_params
 from dali_backend import transforms as T
-from dali_backend.jpeg import decoded_size
+from dali_backend.formats.jpeg import decoded_size
 import preset_reference
 from fallback import ImageDataset, ops
 

@@ -7,10 +7,10 @@ import logging
 
 import numpy as np
 
-from ..boundary import Kind
+from ..core.boundary import Kind
 from ..errors import BadImageError, ExecutorFailed, LoaderWorkerError
-from ..procstats import dali_operator_cpu_seconds
-from ..reading import ClipTable
+from ..util.procstats import dali_operator_cpu_seconds
+from ..core.reading import ClipTable
 from .failures import parse_dali_failure
 from .runner import _ClipChanged, _DaliRunner
 from .wire import Col
@@ -45,7 +45,7 @@ class _DaliExecutor:
 
     def engine_cpu_s(self) -> float | None:
         """CPU seconds of DALI's operator threads in this process so far (decoding and the operations;
-        :func:`~dali_backend.procstats.dali_operator_cpu_seconds`), None where not measurable."""
+        :func:`~dali_backend.util.procstats.dali_operator_cpu_seconds`), None where not measurable."""
         return dali_operator_cpu_seconds()
 
     def recover(self, failure: ExecutorFailed) -> None:

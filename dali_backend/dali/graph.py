@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ..augment import AugmentSpec
+from ..core.augment import AugmentSpec
 from ..transforms import GraphContext
 from ..errors import MissingDependencyError
 from .wire import DrawSource

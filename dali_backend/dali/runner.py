@@ -27,11 +27,11 @@ from collections import deque
 import numpy as np
 import torch
 
-from ..boundary import Batch, Kind, padding_rows
+from ..core.boundary import Batch, Kind, padding_rows
 from ..errors import BadImageError, ExecutorFailed, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError
-from ..memory import BATCHES_PER_TRIM, EveryNth
-from ..reading import SERVED_BAD
-from ..transfer import to_device
+from ..util.memory import BATCHES_PER_TRIM, EveryNth
+from ..core.reading import SERVED_BAD
+from ..core.transfer import to_device
 from .devices import choose_start_method, local_ranks
 from .handoff import DeviceHandoff
 from .wire import ROW, Col, DrawSource, SlotRing, note_bytes, read_bad_draw, read_params
@@ -402,7 +402,7 @@ class _DaliRunner:
         return expected, out, returned
 
     def run(self, key, rows: np.ndarray, plan_next):
-        """Yield a :class:`~dali_backend.boundary.Batch` per batch of planned ``rows``.
+        """Yield a :class:`~dali_backend.core.boundary.Batch` per batch of planned ``rows``.
 
         ``key`` names the pass (``(plan id, epoch, first batch)``) when ``plan_next(epoch)`` can plan
         the next epoch ahead (pure samplers); the batches DALI already prefetched for it are used then.

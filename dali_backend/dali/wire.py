@@ -9,7 +9,7 @@ fill the last partial batch of an epoch, or speculative slots the loader later d
 wait for their slot to be written, so they can never read a stale plan, and every output carries its
 slot row (and the index served) back so the loader verifies each sample is the draw it planned (no
 silent mislabeling). Beside each row the ring holds a note: what the worker must tell the loader about
-that draw besides pixels, as JSON: a bad draw's fields (:class:`~dali_backend.boundary.BadDraw`), or,
+that draw besides pixels, as JSON: a bad draw's fields (:class:`~dali_backend.core.boundary.BadDraw`), or,
 when the loader asked for them (``return_meta``), the parameters the draw was augmented with.
 """
 
@@ -25,11 +25,11 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from ..augment import AugmentSpec
-from ..boundary import BadDraw, Kind, Params, plain_params
+from ..core.augment import AugmentSpec
+from ..core.boundary import BadDraw, Kind, Params, plain_params
 from ..errors import BadImageError
-from ..jpeg import decoded_size
-from ..reading import SERVED_BAD, ClipTable, OnError, SampleReader
+from ..formats.jpeg import decoded_size
+from ..core.reading import SERVED_BAD, ClipTable, OnError, SampleReader
 from .workers import become_worker
 
 class Col(IntEnum):
@@ -193,12 +193,12 @@ def note_bytes(spec: AugmentSpec, longest_path: int, with_params: bool) -> int:
 class DrawSource:
     """The parallel external source's per-sample callback: a pure function of the slot's draw.
 
-    Returns the checked encoded bytes (see :mod:`dali_backend.reading`), the label, the slot row with
+    Returns the checked encoded bytes (see :mod:`dali_backend.core.reading`), the label, the slot row with
     the index actually served appended (it differs from the planned one when ``on_error="skip"``
     replaced a bad file), and the draw's augmentation parameters: one array per entry of
     ``spec.wire`` (derived from the operations' parameter definitions, in that order). Operations
     whose parameters depend on the image size get the size from the served bytes' headers
-    (:func:`~dali_backend.jpeg.decoded_size`: frame size turned by the EXIF orientation). With
+    (:func:`~dali_backend.formats.jpeg.decoded_size`: frame size turned by the EXIF orientation). With
     ``with_params``, the draw's parameters are also left in the slot's note, for ``return_meta``.
 
     A bad file under ``on_error="raise"`` is not raised here: DALI would raise it batches early (it
@@ -220,7 +220,7 @@ class DrawSource:
         A clip's frames are ``clip_len`` consecutive slots from a multiple of ``clip_len`` (the loader
         plans whole clips, and every batch, of ``batch_size * clip_len`` slots, starts at a multiple of
         its size); DALI spreads them over its reader processes. The first reader of a clip checks it and
-        chooses (:meth:`~dali_backend.reading.SampleReader.serve_clip`) under the ring's lock and records
+        chooses (:meth:`~dali_backend.core.reading.SampleReader.serve_clip`) under the ring's lock and records
         the choice (:meth:`SlotRing.decide`); the others serve that record, so a frame that changes (or a
         read that fails) between two readers' checks can never mix two clips. A reader that serves
         several frames of one clip decides once."""
@@ -263,7 +263,7 @@ class DrawSource:
 
     def _prefetch(self, slot: int) -> None:
         """Start fetching the samples of this slot and of the next ones already scheduled (rows the
-        loader wrote ahead), so one worker keeps :data:`~dali_backend.reading.PREFETCH_THREADS` requests
+        loader wrote ahead), so one worker keeps :data:`~dali_backend.core.reading.PREFETCH_THREADS` requests
         in flight. Only hides latency: every sample is still served by :meth:`__call__` in slot order."""
         rows = self.ring.rows
         ahead = []

@@ -13,8 +13,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import ConfigError, IndexBuildError, ManifestError
-from ..jpeg import DEFAULT_MAX_PIXELS, check_jpeg, not_regular_reason
-from ..labelling import KeywordRules
+from ..formats.jpeg import DEFAULT_MAX_PIXELS, check_jpeg, not_regular_reason
+from ..core.labelling import KeywordRules
 from .manifest import _path_as_written, _read_manifest
 from .parallel import map_in_chunks
 from .options import JPEG_EXTENSIONS, Verify, _capped, _opt

@@ -14,10 +14,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import ConfigError
-from ..jpeg import DEFAULT_MAX_PIXELS
-from ..labelling import DEFAULT_KEYWORDS, KeywordRules
+from ..formats.jpeg import DEFAULT_MAX_PIXELS
+from ..core.labelling import DEFAULT_KEYWORDS, KeywordRules
 from ..storage import urls
-from ..strings import StringTable
+from ..util.strings import StringTable
 from . import remote
 from .build import check_candidates, folder_candidates, keyword_candidates, manifest_candidates
 from .options import Verify
@@ -248,7 +248,7 @@ class SampleIndex:
         Default rules (the tutorial's): ok/normal/good -> normal, scratch/scr -> scratch, dent/pit ->
         dent. Keywords may be in any script: an ASCII keyword matches a whole word of a file or folder
         name, any other keyword (``{"scratch": ["划痕"]}``) matches inside a name (``划痕_2024``),
-        both after NFKC normalisation and case folding; see :mod:`dali_backend.labelling` for the
+        both after NFKC normalisation and case folding; see :mod:`dali_backend.core.labelling` for the
         exact rule. Files that match no class or several are put in :attr:`rejected`, never guessed.
         """
         kw = rules if isinstance(rules, KeywordRules) else KeywordRules(rules)

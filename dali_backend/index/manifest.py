@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import ConfigError, ManifestError
-from ..jpeg import open_regular
+from ..formats.jpeg import open_regular
 
 from .options import JPEG_EXTENSIONS
 

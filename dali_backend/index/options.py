@@ -18,7 +18,7 @@ log = logging.getLogger("dali_backend")
 
 JPEG_EXTENSIONS = (".jpg", ".jpeg")
 NOT_JPEG = "not .jpg/.jpeg"  # why a file with another extension is ignored
-# Files this package writes into data folders (dali_backend/synthetic.py's cache marker): never
+# Files this package writes into data folders (dali_backend/core/synthetic.py's cache marker): never
 # reported as ignored user files.
 PACKAGE_FILES = frozenset({".synthetic.json"})
 FORMAT_NAME = "dali_backend.SampleIndex"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from ..progress import progress_enabled
+from ..util.progress import progress_enabled
 
 T = TypeVar("T")
 CHUNK = 2048  # at most this many items per task

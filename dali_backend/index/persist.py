@@ -12,8 +12,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..errors import ConfigError, IndexFileError, StaleIndexError
-from ..jpeg import not_regular_reason
-from ..strings import StringTable
+from ..formats.jpeg import not_regular_reason
+from ..util.strings import StringTable
 from .options import FORMAT_NAME, FORMAT_VERSION, _capped
 from .shards import check_meta_shards, shards_from_arrays
 from .store import _check_meta, _damaged, _read_index_arrays, write_atomic

@@ -29,9 +29,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import ConfigError, IndexBuildError, ManifestError, StorageError
-from ..jpeg import DEFAULT_MAX_PIXELS, JpegCheck, _check, check_jpeg_bytes
-from ..labelling import KeywordRules
-from ..progress import track
+from ..formats.jpeg import DEFAULT_MAX_PIXELS, JpegCheck, _check, check_jpeg_bytes
+from ..core.labelling import KeywordRules
+from ..util.progress import track
 from ..storage import urls
 from ..storage.client import Bucket, ObjectChanged, ObjectInfo, ObjectMissing, Unreachable
 from .manifest import _read_manifest

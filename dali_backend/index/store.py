@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import IndexFileError, OutputFileError
-from ..jpeg import file_kind, open_regular
+from ..formats.jpeg import file_kind, open_regular
 
 from .options import _capped
 

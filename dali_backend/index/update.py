@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, IndexBuildError
-from ..jpeg import DEFAULT_MAX_PIXELS
-from ..strings import StringTable
+from ..formats.jpeg import DEFAULT_MAX_PIXELS
+from ..util.strings import StringTable
 from .build import FileChecks, folder_candidates, keyword_candidates, manifest_candidates
 from .parallel import map_in_chunks
 from .report import _nothing_indexed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import MissingDependencyError
-from ..jpeg import open_regular
+from ..formats.jpeg import open_regular
 
 
 

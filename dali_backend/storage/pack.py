@@ -29,8 +29,8 @@ import numpy as np
 from ..errors import ConfigError
 from ..index import SampleIndex, write_atomic
 from ..index.shards import Shards
-from ..reading import SampleReader
-from ..strings import StringTable
+from ..core.reading import SampleReader
+from ..util.strings import StringTable
 
 DEFAULT_SHARD_BYTES = 256 << 20
 INDEX_NAME = "index.npz"

@@ -1,6 +1,6 @@
 """Augmentation operations as classes, one per operation, with torchvision's names and arguments.
 
-Compose them into an :class:`~dali_backend.augment.AugmentSpec` (``AugmentSpec(ops=[...])``) and both
+Compose them into an :class:`~dali_backend.core.augment.AugmentSpec` (``AugmentSpec(ops=[...])``) and both
 backends run them: each class holds its validated arguments, its per-draw parameters
 (``make_params``, pure numpy), its OpenCV implementation and its DALI graph fragment (DALI and
 OpenCV are imported only when used). ``REGISTRY`` maps every operation's class name to its class;

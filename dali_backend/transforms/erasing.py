@@ -82,7 +82,7 @@ class RandomErasing(Transform):
         return {"box": np.zeros(4, np.int32)}
 
     def apply_batch(self, images, params):
-        from ..transfer import device_constant
+        from ..core.transfer import device_constant
 
         channels = images.shape[-3]
         value = self.value if isinstance(self.value, float) else None

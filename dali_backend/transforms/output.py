@@ -1,5 +1,5 @@
 """Output operations: the final dtype and normalisation. They run once per batch on the batch's device
-(``dali_backend.tensors.normalize``), for both backends, so they carry no per-draw parameters."""
+(``dali_backend.core.tensors.normalize``), for both backends, so they carry no per-draw parameters."""
 
 from __future__ import annotations
 

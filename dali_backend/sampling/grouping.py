@@ -26,8 +26,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from .errors import ConfigError
-from .index import SampleIndex
+from ..errors import ConfigError
+from ..index import SampleIndex
 from .sampler import WeightedSampler
 
 # groups=k spreads its edges evenly in log(w / h) over [1/2, 2]: beyond that a ratio joins the extreme group
@@ -170,7 +170,7 @@ class AspectGroupedSampler(WeightedSampler):
 
     Raises:
         ConfigError: a sampler that is not a :class:`WeightedSampler` over a :class:`SampleIndex`
-            (a :class:`~dali_backend.clips.ClipSampler`, another sampler, one already grouped), a
+            (a :class:`~dali_backend.sampling.clips.ClipSampler`, another sampler, one already grouped), a
             ``batch_size`` that is not a positive integer, or bad ``groups``.
     """
 

@@ -9,7 +9,7 @@ number that appears twice in one sequence is refused (two files for one moment c
 without guessing).
 
 The result is a handful of numpy arrays (frames in sequence order, offsets, numbers, gaps) and one
-:class:`~dali_backend.strings.StringTable` of sequence names: a million frames are not a million
+:class:`~dali_backend.util.strings.StringTable` of sequence names: a million frames are not a million
 Python objects once built (building sorts the names with Python keys once: measured 4-6 s per million frames on a shared 2-core machine).
 No torch import: this is the contract layer.
 """
@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from .errors import ConfigError, ManifestError
-from .strings import StringTable
+from ..errors import ConfigError, ManifestError
+from ..util.strings import StringTable
 
 log = logging.getLogger("dali_backend")
 __all__ = ["Sequences", "natural_key"]
@@ -77,7 +77,7 @@ class Sequences:
 
     def __init__(self, index, names: StringTable, offsets: NDArray[np.int64], frames: NDArray[np.int64],
                  numbers: NDArray[np.int64], source: str):
-        from .index import SampleIndex
+        from ..index import SampleIndex
 
         if not isinstance(index, SampleIndex):
             raise ConfigError(f"Sequences: index must be a SampleIndex, got {type(index).__name__}; build one with "
@@ -110,7 +110,7 @@ class Sequences:
             ConfigError: a frame number appears twice in one folder (``frame2.jpg`` and ``frame02.jpg``),
                 naming the files.
         """
-        from .index import SampleIndex
+        from ..index import SampleIndex
 
         if not isinstance(index, SampleIndex):
             raise ConfigError(f"Sequences.from_index: index must be a SampleIndex, got {type(index).__name__}")
@@ -151,8 +151,8 @@ class Sequences:
             ManifestError: a missing column, a frame number that is not an integer, a file listed twice.
             ConfigError: frames of the index without a row, a frame number twice in one sequence.
         """
-        from .index import SampleIndex
-        from .index.manifest import PATH_COLUMNS, _column_name, _csv_records, _manifest_text
+        from ..index import SampleIndex
+        from ..index.manifest import PATH_COLUMNS, _column_name, _csv_records, _manifest_text
 
         if not isinstance(index, SampleIndex):
             raise ConfigError(f"Sequences.from_manifest: index must be a SampleIndex, got {type(index).__name__}")

@@ -1,10 +1,10 @@
 """Clips: windows of frames cut from sequences, drawn per epoch like single samples.
 
-A clip is ``clip_len`` frames of one sequence (:mod:`dali_backend.sequences`), ``stride`` frames
+A clip is ``clip_len`` frames of one sequence (:mod:`dali_backend.sampling.sequences`), ``stride`` frames
 apart; clip starts are ``step`` frames apart, and a window is a clip only if it fits inside its
 sequence (9 frames, ``clip_len=4``, ``step=2``: starts 0, 2, 4). The clips of a data set are a few
 numpy arrays (each clip's sequence and first frame), computed once; which clips an epoch draws is
-:class:`~dali_backend.sampler.WeightedSampler`'s draw over them (their labels and their count): the
+:class:`~dali_backend.sampling.sampler.WeightedSampler`'s draw over them (their labels and their count): the
 same modes, the same purity in (seed, epoch), the same distributed padding. So the trade-off is
 WeightedSampler's: one global draw per epoch, computed on every rank.
 """
@@ -19,8 +19,8 @@ import numpy as np
 from numpy.typing import NDArray
 from torch.utils.data import Sampler
 
-from .errors import ConfigError
-from .reading import ClipTable
+from ..errors import ConfigError
+from ..core.reading import ClipTable
 from .sampler import LabelledItems, Mode, WeightedSampler, check_epoch
 from .sequences import SHOWN, Sequences, _shown
 
@@ -78,7 +78,7 @@ class ClipSampler(Sampler[Clip]):
     frames; with overlapping windows (``step < clip_len``) that is not the number of frames.
 
     Args:
-        index_or_sequences: a :class:`~dali_backend.sequences.Sequences`, or a
+        index_or_sequences: a :class:`~dali_backend.sampling.sequences.Sequences`, or a
             :class:`~dali_backend.index.SampleIndex` (grouped by folder:
             :meth:`Sequences.from_index`).
         clip_len: frames per clip (T).
@@ -100,7 +100,7 @@ class ClipSampler(Sampler[Clip]):
                  world_size: int | None = None, replacement: bool | None = None,
                  weights: Sequence[float] | NDArray[np.float64] | None = None, drop_last: bool = False,
                  label: ClipLabel = "sequence"):
-        from .index import SampleIndex
+        from ..index import SampleIndex
 
         if isinstance(index_or_sequences, SampleIndex):
             index_or_sequences = Sequences.from_index(index_or_sequences)

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from .errors import ConfigError
-from .index import SampleIndex
+from ..errors import ConfigError
+from ..index import SampleIndex
 
 
 @dataclass(frozen=True)

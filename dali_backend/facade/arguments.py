@@ -10,8 +10,8 @@ from typing import Literal
 
 import numpy as np
 
-from .dali.devices import _dali_importable, _local_device_id, cuda_device_count
-from .errors import ConfigError, FallbackWarning
+from ..dali.devices import _dali_importable, _local_device_id, cuda_device_count
+from ..errors import ConfigError, FallbackWarning
 
 log = logging.getLogger("dali_backend")
 Backend = Literal["auto", "dali", "torch"]
@@ -36,7 +36,7 @@ def choose_backend(device: str, backend: Backend) -> tuple[str, int | None, str]
     why_not_dali = _dali_importable()
     if why_not_dali:
         if backend == "dali":
-            from .dali.graph import import_dali
+            from ..dali.graph import import_dali
 
             import_dali()  # raises MissingDependencyError with the install command
         return "torch", None, why_not_dali
@@ -84,7 +84,7 @@ def announce_backend(device: str, backend: str, chosen: str, reason: str) -> Non
 def _refuse_arguments(dataset, sampler, shuffle: bool, batch_sampler, collate_fn, worker_init_fn,
                       batch_transform) -> None:
     """``DataLoader`` arguments this loader cannot honour, or given as the wrong thing: one ConfigError each."""
-    from ._own import own
+    from .._own import own
 
     if not isinstance(dataset, own("fallback.dataset").ImageDataset):
         raise ConfigError(f"DaliLoader: dataset must be an ImageDataset, got {type(dataset).__name__}; "
@@ -105,9 +105,9 @@ def _refuse_arguments(dataset, sampler, shuffle: bool, batch_sampler, collate_fn
 
 
 def _check_grouping(dataset, sampler, batch_size: int) -> None:
-    """An :class:`~dali_backend.grouping.AspectGroupedSampler` fits this loader: its batch size, a spec
+    """An :class:`~dali_backend.sampling.grouping.AspectGroupedSampler` fits this loader: its batch size, a spec
     that pads variable-size batches (grouping only saves padding), the dataset's index."""
-    from .grouping import AspectGroupedSampler
+    from ..sampling.grouping import AspectGroupedSampler
 
     if not isinstance(sampler, AspectGroupedSampler):
         return

@@ -1,7 +1,7 @@
 """Command line: ``python -m dali_backend {demo,index,split,preview,bench}`` (also installed as ``dali-backend``).
 
 Every user error is one line on stderr naming the argument, the value and the fix, with exit
-status 2 (see :mod:`dali_backend.cliargs`). Results go to stdout once; the library's own log lines
+status 2 (see :mod:`dali_backend.cli.cliargs`). Results go to stdout once; the library's own log lines
 (index summaries, backend choice) go to stderr, ``-q`` hides them and ``-v`` adds debug lines.
 """
 
@@ -19,8 +19,8 @@ from .cliargs import (OneLineParser, operation_list, add_index_load_arguments, c
                       dir_or_url, existing_dir, fraction, index_file, int_range, keyword_rules, load_data, output_dir,
                       output_file, positive_int, run_command, size_wxh, text_encoding, verbosity_parent, milliseconds,
                       workers_count, _encoded, _shown)
-from .errors import FallbackWarning
-from .index import check_output_path, write_atomic
+from ..errors import FallbackWarning
+from ..index import check_output_path, write_atomic
 from .pictures import MAX_PREVIEW_DRAWS, cmd_preview, save_preview
 
 log = logging.getLogger("dali_backend.cli")
@@ -45,7 +45,7 @@ _INDEX_HOW = {"folder": "class folders (the default)", "manifest": "--manifest",
 
 def _check_index_flags(args) -> str:
     """Which builder the flags of ``index`` ask for; a ConfigError for a flag that builder does not take."""
-    from .errors import ConfigError
+    from ..errors import ConfigError
 
     keywords = args.keywords or args.keyword_rules is not None
     if args.manifest and keywords:
@@ -74,7 +74,7 @@ DEFAULT_VERIFY, DEFAULT_MAX_PIXELS = "header", 100_000_000  # the flags' default
 
 
 def _index_from_args(args, how: str):
-    from .index import SampleIndex
+    from ..index import SampleIndex
 
     common = {"verify": args.verify or DEFAULT_VERIFY, "max_pixels": args.max_pixels or DEFAULT_MAX_PIXELS,
               "workers": args.workers}
@@ -96,9 +96,9 @@ _BUILD_FLAGS = (*_INDEX_ONLY_FOR, ("manifest", "--manifest", ()), ("keywords", "
 
 def _update_index(args) -> int:
     """``index --update INDEX``: walk the index's root again and re-check only what changed."""
-    from .errors import ConfigError
-    from .index import INDEX_CLI_FLAGS, SampleIndex, command_line
-    from .index.update import update_index
+    from ..errors import ConfigError
+    from ..index import INDEX_CLI_FLAGS, SampleIndex, command_line
+    from ..index.update import update_index
 
     given = [flag for attr, flag, _ in _BUILD_FLAGS if getattr(args, attr) not in (None, False)]
     if given:
@@ -129,8 +129,8 @@ def _write_rejected(index, report: Path) -> None:
 
 
 def cmd_index(args) -> int:
-    from .errors import ConfigError
-    from .index import INDEX_CLI_FLAGS, command_line
+    from ..errors import ConfigError
+    from ..index import INDEX_CLI_FLAGS, command_line
 
     if args.update is not None:
         return _update_index(args)
@@ -164,7 +164,7 @@ def _rejected_csv(rejected, ignored=()) -> bytes:
 
 
 def cmd_pack(args) -> int:
-    from .storage.pack import INDEX_NAME, pack
+    from ..storage.pack import INDEX_NAME, pack
 
     index = load_data(args.data, args.root, args.no_check)
     packed = pack(index, args.out, shard_bytes=args.shard_mb << 20)
@@ -189,15 +189,15 @@ def cmd_split(args) -> int:
 def cmd_demo(args) -> int:
     import numpy as np
 
-    from ._own import own
+    from .._own import own
 
     ImageDataset = own("fallback.dataset").ImageDataset
 
-    from .augment import AugmentSpec
-    from .index import SampleIndex
-    from .loader import DaliLoader, choose_backend
-    from .sampler import WeightedSampler
-    from .synthetic import generate_defect_dataset
+    from ..core.augment import AugmentSpec
+    from ..index import SampleIndex
+    from ..facade.loader import DaliLoader, choose_backend
+    from ..sampling.sampler import WeightedSampler
+    from ..core.synthetic import generate_defect_dataset
 
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -254,10 +254,10 @@ def cmd_diagnose(args) -> int:
     ``loader.report()`` and the metrics (see :mod:`dali_backend.telemetry`)."""
     import json
 
-    from ._own import own
-    from .augment import AugmentSpec
-    from .loader import DaliLoader
-    from .sampler import WeightedSampler
+    from .._own import own
+    from ..core.augment import AugmentSpec
+    from ..facade.loader import DaliLoader
+    from ..sampling.sampler import WeightedSampler
 
     index = load_data(args.data, args.root, args.no_check)
     spec = AugmentSpec(ops=args.ops) if args.ops else AugmentSpec(size=args.size)
@@ -286,7 +286,7 @@ def cmd_diagnose(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ._own import own
+    from .._own import own
 
     add_bench_arguments = own("bench.__main__").add_arguments
 

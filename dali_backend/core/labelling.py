@@ -34,7 +34,7 @@ import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 DEFAULT_KEYWORDS: Mapping[str, tuple[str, ...]] = {
     "normal": ("ok", "normal", "good"),

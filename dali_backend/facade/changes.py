@@ -1,14 +1,14 @@
 """Data changes between epochs, on the loader: ``exclude`` and ``update_index`` (a mixin of
-:class:`~dali_backend.loader.DaliLoader`). The draw of an epoch is a pure function of (seed, epoch,
-data schedule: :mod:`dali_backend.schedule`); the loader switches to a dataset over another index, and
+:class:`~dali_backend.facade.loader.DaliLoader`). The draw of an epoch is a pure function of (seed, epoch,
+data schedule: :mod:`dali_backend.sampling.schedule`); the loader switches to a dataset over another index, and
 restarts its workers, at the epoch that draws from it."""
 
 from __future__ import annotations
 
 import logging
 
-from .errors import ConfigError
-from .sampler import WeightedSampler, check_epoch
+from ..errors import ConfigError
+from ..sampling.sampler import WeightedSampler, check_epoch
 
 log = logging.getLogger("dali_backend")
 

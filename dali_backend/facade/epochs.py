@@ -10,21 +10,21 @@ and the batches yielded so far; after ``load_state_dict(sd)`` the next iteration
 exactly the remaining batches (any ``num_workers``, either backend). ``set_epoch`` with the same
 epoch keeps the pending resumption, another epoch cancels it.
 
-Elastic resumption (a :class:`~dali_backend.sampler.WeightedSampler` state, or a
-:class:`~dali_backend.clips.ClipSampler` one, loaded by a loader whose sampler has another world size or
+Elastic resumption (a :class:`~dali_backend.sampling.sampler.WeightedSampler` state, or a
+:class:`~dali_backend.sampling.clips.ClipSampler` one, loaded by a loader whose sampler has another world size or
 rank): in data-parallel training every rank yields its k-th batch
 together (one optimiser step is one batch on every rank), and rank ``r`` of ``W`` holds the global
-draw's positions ``r, r + W, r + 2W, ...`` (:func:`~dali_backend.sampler.rank_slice`), so after ``k``
+draw's positions ``r, r + W, r + 2W, ...`` (:func:`~dali_backend.sampling.sampler.rank_slice`), so after ``k``
 batches of ``B`` on every rank exactly the global positions ``[0, k * B * W)`` were delivered: a
 prefix. The state records that prefix (``global.consumed``), so one rank's state is enough; the
 resuming loader deals the rest of the epoch's global draw out over its own ranks
-(:func:`~dali_backend.sampler.remainder_slice`) and the epoch after it is a normal epoch. The
+(:func:`~dali_backend.sampling.sampler.remainder_slice`) and the epoch after it is a normal epoch. The
 assumption (every rank at the same batch when the state was taken) is what data-parallel training
 does; it cannot be checked from one rank's state, and a state taken on one rank only while the others
 ran ahead or behind would repeat or skip their extra batches. What can be checked is: the state's
 numbers agree with each other and with this partition, and the old rank's plan (its digest) is the one
 this sampler computes for it. A sampler whose rank batches are no prefix (an
-:class:`~dali_backend.grouping.AspectGroupedSampler`: ``consumes_prefix`` False) resumes on other
+:class:`~dali_backend.sampling.grouping.AspectGroupedSampler`: ``consumes_prefix`` False) resumes on other
 ranks only from an epoch boundary.
 """
 
@@ -37,8 +37,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from .errors import ConfigError
-from .sampler import WeightedSampler, check_epoch
+from ..errors import ConfigError
+from ..sampling.sampler import WeightedSampler, check_epoch
 
 log = logging.getLogger("dali_backend")
 STATE_VERSION = 2
@@ -142,7 +142,7 @@ class EpochLoaderMixin:
         else:
             self._stats = EpochStats(epoch, draws, dropped=draws - used, resumed=min(start * self.batch_size, used))
         self._batches_done, self._progress_epoch, self._pass_offset = start, epoch, offset
-        from .clips import ClipSampler
+        from ..sampling.clips import ClipSampler
 
         weighted = isinstance(self.sampler, WeightedSampler)
         self._pass_num_samples = self.sampler.num_samples_at(epoch) if weighted else \
@@ -226,7 +226,7 @@ class EpochLoaderMixin:
         draws: resuming checks the sampler plans the same ones (a random sampler that does not repeat
         its order is refused rather than silently resumed wrong).
 
-        With a :class:`WeightedSampler` (or a :class:`~dali_backend.clips.ClipSampler`, counting clips) the
+        With a :class:`WeightedSampler` (or a :class:`~dali_backend.sampling.clips.ClipSampler`, counting clips) the
         state also holds ``global`` (the global draws of the epoch consumed by all ranks together, for a
         resumption on another rank or number of ranks: see the module docstring); with a
         :class:`WeightedSampler`, ``data`` (the scheduled data changes: indexes by fingerprint, excluded files
@@ -277,7 +277,7 @@ class EpochLoaderMixin:
         range, or saved with another index, batch size, sampler (type, seed, length, rank...) or
         augmentation seed: resuming it would silently repeat or skip samples.
 
-        A :class:`WeightedSampler` (or :class:`~dali_backend.clips.ClipSampler`) state may be loaded by a
+        A :class:`WeightedSampler` (or :class:`~dali_backend.sampling.clips.ClipSampler`) state may be loaded by a
         loader whose sampler has another world size or rank (an elastic resumption): the draws of the
         epoch not yet consumed by the old ranks together are dealt out over the new ones, each exactly once (padding aside); only the
         rank and world size may differ, and the state of any one old rank will do (see the module
@@ -412,9 +412,9 @@ class EpochLoaderMixin:
 
 def _partitioned(sampler) -> bool:
     """Whether ``sampler`` deals one global draw out over its ranks (a :class:`WeightedSampler`, or a
-    :class:`~dali_backend.clips.ClipSampler` over one): its state then resumes on any rank and number of
+    :class:`~dali_backend.sampling.clips.ClipSampler` over one): its state then resumes on any rank and number of
     ranks (``global``)."""
-    from .clips import ClipSampler
+    from ..sampling.clips import ClipSampler
 
     return isinstance(sampler, (WeightedSampler, ClipSampler))
 

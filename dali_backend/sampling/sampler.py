@@ -21,8 +21,8 @@ from numpy.typing import NDArray
 import torch
 from torch.utils.data import Sampler
 
-from .errors import ConfigError
-from .index import SampleIndex
+from ..errors import ConfigError
+from ..index import SampleIndex
 from .schedule import DataSchedule, relative_paths
 
 log = logging.getLogger("dali_backend")
@@ -201,7 +201,7 @@ def _dist_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
 
 class LabelledItems:
     """What :class:`WeightedSampler` draws from besides a :class:`SampleIndex`: items with a class each
-    (a :class:`~dali_backend.clips.ClipSampler` draws clips this way).
+    (a :class:`~dali_backend.sampling.clips.ClipSampler` draws clips this way).
 
     Args:
         labels: int64 ``[n]`` class ids.

@@ -37,7 +37,7 @@ CACHE_FILE = "autotune.json"
 
 def usable_cores() -> int:
     """Cores this process may run on, shared among the local ranks torchrun started."""
-    from .dali.devices import local_ranks
+    from ..dali.devices import local_ranks
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, cores // local_ranks()[1])
@@ -66,7 +66,7 @@ def _cache_path() -> Path:
 
 
 def _key(dataset, batch_size: int, backend: str, cores: int) -> str:
-    from .dali.devices import local_ranks
+    from ..dali.devices import local_ranks
 
     what = [socket.gethostname(), os.cpu_count(), cores, local_ranks()[1], backend, dataset.index.fingerprint,
             repr(dataset.spec), int(batch_size)]
@@ -76,7 +76,7 @@ def _key(dataset, batch_size: int, backend: str, cores: int) -> str:
 def _read_cache() -> dict:
     """The cache's entries; ``{}`` for none yet, a damaged one, or anything but a regular file at the
     path (a FIFO would block ``open()``): measured again and rewritten."""
-    from .jpeg import open_regular
+    from ..formats.jpeg import open_regular
 
     try:
         with open_regular(_cache_path()) as f:
@@ -108,7 +108,7 @@ def _entry_problem(entry, backend: str, cores: int) -> str | None:
 
 
 def _write_cache(entries: dict) -> None:
-    from .index import write_atomic
+    from ..index import write_atomic
 
     path = _cache_path()
     try:
@@ -122,7 +122,7 @@ def measure(make_loader, dataset, batch_size: int, workers: int, batches: int = 
             seconds: float = MEASURE_S) -> float:
     """Images per second of a temporary loader (``make_loader(workers, sampler)``, the facade's) over at
     least ``batches`` timed batches and ``seconds`` seconds (at most :data:`MAX_BATCHES`)."""
-    from .sampler import WeightedSampler
+    from ..sampling.sampler import WeightedSampler
 
     sampler = WeightedSampler(dataset.index, num_samples=(MAX_BATCHES + 1) * batch_size, seed=0)
     with make_loader(workers, sampler) as loader:

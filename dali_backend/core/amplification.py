@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 
-from .transforms import Clahe, Transform
+from ..transforms import Clahe, Transform
 
 
 class AmplificationWarning(UserWarning):

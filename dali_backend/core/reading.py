@@ -3,7 +3,7 @@
 A file can change or vanish after indexing. Before bytes reach a decoder (DALI's cannot skip a bad
 sample: the whole pipeline dies), cheap checks run: the size equals the indexed size, the data starts
 with SOI, its headers hold nothing the index refuses (a frame type, precision or EXIF layout the two
-backends' decoders cannot both read alike: :func:`~dali_backend.jpeg.header_refusal`), its frame
+backends' decoders cannot both read alike: :func:`~dali_backend.formats.jpeg.header_refusal`), its frame
 header declares the indexed width and height, and an end-of-image marker follows. That one rule
 (:meth:`SampleReader.problem`) judges whatever served the bytes: a file, a shard member, an object,
 a disk-cache entry (one that fails it is dropped and the source read instead) or the RAM cache.
@@ -35,9 +35,9 @@ from typing import Literal, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from .errors import BadImageError, ConfigError
-from .jpeg import EOI, SOI, header_refusal
-from .storage.cache import DiskCache
+from ..errors import BadImageError, ConfigError
+from ..formats.jpeg import EOI, SOI, header_refusal
+from ..storage.cache import DiskCache
 
 log = logging.getLogger("dali_backend")
 OnError = Literal["raise", "skip"]
@@ -58,7 +58,7 @@ def check_on_error(on_error: str) -> OnError:
 
 
 class ClipTable:
-    """The clips of a :class:`~dali_backend.clips.ClipSampler` as plain arrays, for the readers of
+    """The clips of a :class:`~dali_backend.sampling.clips.ClipSampler` as plain arrays, for the readers of
     ``on_error="skip"``: which clip a planned run of frames is, its class, and the clips of that class
     that may replace it (cheap to fork or pickle: about 8 bytes per frame and 16 per clip).
 
@@ -192,7 +192,7 @@ def read_regular_file(path: str) -> NDArray[np.uint8]:
 
 def read_range(path: str, start: int, size: int) -> bytes:
     """``size`` bytes of the regular file ``path`` from ``start`` (fewer where the file ends sooner)."""
-    from .jpeg import open_regular
+    from ..formats.jpeg import open_regular
 
     with open_regular(path) as f:
         return os.pread(f.fileno(), size, start)
@@ -288,7 +288,7 @@ class SampleReader:
 
     def _fetch(self, i: int) -> tuple[bytes | NDArray[np.uint8] | None, str | None]:
         """``(bytes, None)`` or ``(None, why not)``: from the disk cache, the bucket or the file."""
-        from .storage.client import ObjectChanged, ObjectMissing
+        from ..storage.client import ObjectChanged, ObjectMissing
 
         name, version = self.path(i), self._version(i)
         if self.disk is not None:

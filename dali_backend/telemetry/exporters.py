@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 
-from .errors import MissingDependencyError
-from .telemetry import METRICS
+from ..errors import MissingDependencyError
+from . import METRICS
 
 
 def numeric(metrics: dict, prefix: str = "loader/") -> dict[str, float]:
@@ -54,7 +54,7 @@ class TqdmMetrics:
 
     def __init__(self, bar):
         if not hasattr(bar, "set_postfix_str"):
-            from .errors import ConfigError
+            from ..errors import ConfigError
 
             raise ConfigError(f"TqdmMetrics: {type(bar).__name__} is not a tqdm bar (it has no set_postfix_str); "
                               "pass the bar you iterate, e.g. bar = tqdm(loader)")
@@ -79,7 +79,7 @@ def lightning_callback(loader, every_n_batches: int = 50, prefix: str = "loader/
         except ImportError as e:
             raise MissingDependencyError("lightning_callback needs Lightning: pip install lightning") from e
     if isinstance(every_n_batches, bool) or not isinstance(every_n_batches, int) or every_n_batches < 1:
-        from .errors import ConfigError
+        from ..errors import ConfigError
 
         raise ConfigError(f"every_n_batches={every_n_batches!r}; must be a positive number of training batches")
 

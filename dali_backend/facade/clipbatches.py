@@ -1,5 +1,5 @@
 """Clip batches on the loader: ``B * T`` frames from the executor regrouped as ``[B, T, C, H, W]``,
-checked against the clips planned, with their meta (a mixin of :class:`~dali_backend.loader.DaliLoader`);
+checked against the clips planned, with their meta (a mixin of :class:`~dali_backend.facade.loader.DaliLoader`);
 and the padded batches' valid sizes."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .boundary import Batch
-from .clips import ClipSampler
-from .errors import BadImageError, ConfigError
-from .transfer import to_device
+from ..core.boundary import Batch
+from ..sampling.clips import ClipSampler
+from ..errors import BadImageError, ConfigError
+from ..core.transfer import to_device
 
 
 def _sizes(sizes: np.ndarray | None) -> tuple:

@@ -19,8 +19,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from .errors import ConfigError
-from .progress import track
+from ..errors import ConfigError
+from ..util.progress import track
 
 log = logging.getLogger("dali_backend")
 CLASSES = ("normal", "scratch", "dent")

@@ -3,7 +3,7 @@
 Both command lines import this module and it imports neither of them, so ``dali_backend.cli`` and
 ``bench`` have no import cycle. Besides the standard library it imports only library modules, inside
 the functions that need them: :mod:`dali_backend.errors` (when a command runs),
-:func:`dali_backend.jpeg.file_kind`, :class:`~dali_backend.labelling.KeywordRules` (to check
+:func:`dali_backend.formats.jpeg.file_kind`, :class:`~dali_backend.core.labelling.KeywordRules` (to check
 ``--keyword-rules``) and :mod:`dali_backend.index` (to load or build an index).
 
 Every user error ends the same way: one line on stderr that names the argument, the value and the
@@ -57,8 +57,8 @@ def verbosity_parent() -> argparse.ArgumentParser:
 # ------------------------------------------------------------------------------------------ types
 def operation_list(text: str) -> list:
     """``--ops``: operations of :mod:`dali_backend.transforms` written as calls with literal arguments."""
-    from .errors import ConfigError
-    from .transforms import parse_ops
+    from ..errors import ConfigError
+    from ..transforms import parse_ops
 
     try:
         return parse_ops(text)
@@ -159,9 +159,9 @@ def json_object(text: str) -> dict:
 
 
 def keyword_rules(text: str) -> dict[str, list[str]]:
-    """A JSON object ``{class: [keyword, ...]}`` that :class:`~dali_backend.labelling.KeywordRules` accepts."""
-    from .errors import ConfigError
-    from .labelling import KeywordRules
+    """A JSON object ``{class: [keyword, ...]}`` that :class:`~dali_backend.core.labelling.KeywordRules` accepts."""
+    from ..errors import ConfigError
+    from ..core.labelling import KeywordRules
 
     value = json_object(text)
     if not value:
@@ -227,11 +227,11 @@ def existing_dir(text: str) -> Path:
 
 def _url(text: str) -> str | None:
     """``text`` normalised when it is an object-storage URL (``s3://bucket/prefix``), else None."""
-    from .storage import is_url, normalize
+    from ..storage import is_url, normalize
 
     if not is_url(text):
         return None
-    from .errors import ConfigError
+    from ..errors import ConfigError
 
     try:
         return normalize(text)
@@ -247,7 +247,7 @@ def dir_or_url(text: str) -> Path | str:
 def path_kind(path: str | os.PathLike) -> str | None:
     """What is at ``path`` after following symlinks: ``"regular"``, ``"directory"``, ``"FIFO"``,
     ``"character device"``...; ``None`` when nothing is there (or it cannot be reached)."""
-    from .jpeg import file_kind
+    from ..formats.jpeg import file_kind
 
     try:
         return file_kind(os.stat(path).st_mode)
@@ -320,7 +320,7 @@ def data_or_index(text: str) -> Path | str:
 
 def _refuse_url(text: str, what: str) -> None:
     """Outputs are local: a URL would become a local folder named ``s3:`` that reads like an upload."""
-    from .storage import is_url
+    from ..storage import is_url
 
     if is_url(text):
         raise argparse.ArgumentTypeError(
@@ -400,8 +400,8 @@ def run_command(parser: argparse.ArgumentParser, argv: list[str] | None, log: lo
         parser.error("argument -q/--quiet: not allowed with argument -v/--verbose; pass one of them")
     undo = configure_logging(args)
     prog = getattr(args, "prog", parser.prog)
-    from .errors import DaliBackendError
-    from .index import command_line
+    from ..errors import DaliBackendError
+    from ..index import command_line
 
     try:
         log.debug("%s: arguments %s", prog, {k: str(v) if isinstance(v, Path) else v for k, v in sorted(vars(args).items())
@@ -431,7 +431,7 @@ def run_command(parser: argparse.ArgumentParser, argv: list[str] | None, log: lo
 def default_cache() -> Path:
     """Where synthetic data sets are generated: ``$XDG_CACHE_HOME/dali_backend`` (unset or empty:
     ``~/.cache/dali_backend``)."""
-    from .autotune import cache_home
+    from ..facade.autotune import cache_home
 
     return cache_home()
 
@@ -448,8 +448,8 @@ def load_data(path: Path, root: Path | None = None, no_check: bool = False, prog
               arg: str = "data"):
     """A :class:`~dali_backend.SampleIndex` from an index file (honouring ``--root``/``--no-check``) or
     by indexing a data folder. Index errors are re-raised (same type) with ``arg`` and ``path`` in front."""
-    from .errors import ConfigError, IndexBuildError, IndexFileError, StaleIndexError
-    from .index import SampleIndex, command_line
+    from ..errors import ConfigError, IndexBuildError, IndexFileError, StaleIndexError
+    from ..index import SampleIndex, command_line
 
     if isinstance(path, str):  # an s3:// URL: indexed afresh, as a folder
         if root is not None or no_check:

@@ -14,10 +14,10 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from .amplification import AmplificationWarning, _warn_amplification  # noqa: F401 (AmplificationWarning: re-exported)
-from .errors import ConfigError
-from .transforms import Clahe, ColorJitter, Grayscale, Normalize, RandomRotation, Resize, ToDtype, Transform
-from .transforms.base import Param, uniforms
-from .transforms.resize import letterbox_size
+from ..errors import ConfigError
+from ..transforms import Clahe, ColorJitter, Grayscale, Normalize, RandomRotation, Resize, ToDtype, Transform
+from ..transforms.base import Param, uniforms
+from ..transforms.resize import letterbox_size
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -290,7 +290,7 @@ class AugmentSpec:
         Raises :class:`ConfigError` listing every unsupported transform by name. ``kwargs`` go to
         the spec (``dtype=``, ``channels_last=``). See :mod:`dali_backend.transforms.torchvision`.
         """
-        from .transforms.torchvision import translate
+        from ..transforms.torchvision import translate
 
         return cls(ops=translate(compose), **kwargs)
 

@@ -1,6 +1,6 @@
 """The executor boundary: what the facade asks an executor to run, and what comes back.
 
-The facade (:mod:`dali_backend.loader`) plans each pass; an executor (:mod:`dali_backend.dali` on
+The facade (:mod:`dali_backend.facade.loader`) plans each pass; an executor (:mod:`dali_backend.dali` on
 DALI, :mod:`fallback.executor` on OpenCV) turns planned draws into uint8 pixels. Only these records
 cross between them:
 
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .errors import BadImageError, ExecutorFailed
+from ..errors import BadImageError, ExecutorFailed
 
 if TYPE_CHECKING:
     import torch

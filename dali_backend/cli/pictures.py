@@ -10,8 +10,8 @@ import logging
 import warnings
 
 from .cliargs import _shown, load_data
-from .errors import FallbackWarning, OutputFileError
-from .index import write_atomic
+from ..errors import FallbackWarning, OutputFileError
+from ..index import write_atomic
 
 log = logging.getLogger("dali_backend.cli")
 
@@ -108,8 +108,8 @@ def crop_windows(spec, params: list[dict], size: tuple[int, int]) -> list[tuple[
     Windows are traced back through the operations before them while those only resize (exact or
     shorter side) or change values; after a flip, turn, rotation or letterbox the trace stops (a
     rectangle would no longer be a rectangle of the original), and later crops are not drawn."""
-    from .transforms.crop import _Crop
-    from .transforms.resize import Resize
+    from ..transforms.crop import _Crop
+    from ..transforms.resize import Resize
 
     out = []
     top, left, sy, sx = 0.0, 0.0, 1.0, 1.0  # the current frame's pixel (y, x) = (top + sy*y, left + sx*x)
@@ -138,15 +138,15 @@ def cmd_preview(args) -> int:
     import cv2
     import numpy as np
 
-    from ._own import own
+    from .._own import own
 
     ImageDataset, ops = own("fallback.dataset").ImageDataset, own("fallback.ops")
 
-    from .augment import AugmentSpec
-    from .dali.devices import _dali_importable
-    from .loader import DaliLoader
-    from .sampler import WeightedSampler
-    from .transforms.crop import _Crop as _CropOp
+    from ..core.augment import AugmentSpec
+    from ..dali.devices import _dali_importable
+    from ..facade.loader import DaliLoader
+    from ..sampling.sampler import WeightedSampler
+    from ..transforms.crop import _Crop as _CropOp
 
     index = load_data(args.data, args.root, args.no_check)
     not_shown = []

@@ -3,9 +3,9 @@
 The facade times what it alone can see: how long the training loop was blocked in ``next()`` (the
 *data wait*: the time from the loop asking for a batch to the batch being handed over) against the
 wall time of the pass. It is host time: on ``dali-gpu`` nothing in ``next()`` synchronises with the
-GPU (see :mod:`dali_backend.transfer`), so the training step's queued GPU work is never counted as a
+GPU (see :mod:`dali_backend.core.transfer`), so the training step's queued GPU work is never counted as a
 wait for data. The executors time their stages where they run them and hand the seconds
-over with each :class:`~dali_backend.boundary.Batch`: the torch executor's workers time reading,
+over with each :class:`~dali_backend.core.boundary.Batch`: the torch executor's workers time reading,
 decoding and augmenting each image (wall time in a single-threaded worker: its CPU time); DALI's
 reader workers time reading each image, and DALI's operator threads, which decode and run the
 operations in one engine, are measured by their CPU time (``/proc``; wall time would count their
@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 log = logging.getLogger("dali_backend.metrics")
 
@@ -203,7 +203,7 @@ class LoaderTelemetry:
 
     @staticmethod
     def _cpu_now(pids: list[int]) -> dict[int, tuple[float, float]]:
-        from .procstats import process_cpu_seconds
+        from ..util.procstats import process_cpu_seconds
 
         now = time.time()
         return {pid: (now, cpu) for pid in pids if (cpu := process_cpu_seconds(pid)) is not None}
@@ -211,7 +211,7 @@ class LoaderTelemetry:
     def _processes(self, now: float) -> dict:
         """CPU use over this pass (a worker started during the pass: all its CPU time is this pass's) and
         memory now."""
-        from .procstats import process_memory_bytes
+        from ..util.procstats import process_memory_bytes
 
         main, pids = os.getpid(), self._worker_pids()
         cpu_pct, mem = {}, {}

@@ -2,14 +2,14 @@
 
 The facade chooses a backend (DALI on the GPU, DALI on the CPU, or the OpenCV executor of
 :mod:`fallback.executor`) and owns what both share: the arguments, passes and epochs, the plan of each
-pass (:func:`~dali_backend.sampler.plan_epoch`), accounting, resumption, bad-file errors,
+pass (:func:`~dali_backend.sampling.sampler.plan_epoch`), accounting, resumption, bad-file errors,
 normalisation, ``return_meta`` and ``batch_transform``. An executor only turns planned batches into
 uint8 pixels.
 
 The executors live below the facade: :mod:`dali_backend.dali` (DALI's graph on the GPU or on CPU
 operators) and :mod:`fallback.executor` (OpenCV in ``DataLoader`` workers). The facade knows them by
-their protocol and records (:mod:`dali_backend.boundary`): ``run(rows, key, plan_next)`` yields a
-:class:`~dali_backend.boundary.Batch` per batch, ``recover(failure)`` repairs an
+their protocol and records (:mod:`dali_backend.core.boundary`): ``run(rows, key, plan_next)`` yields a
+:class:`~dali_backend.core.boundary.Batch` per batch, ``recover(failure)`` repairs an
 :class:`~dali_backend.errors.ExecutorFailed`, ``abandon()`` and ``close()``.
 """
 
@@ -25,25 +25,25 @@ import numpy as np
 import torch
 
 from .arguments import Backend, _check_grouping, _check_numbers, _refuse_arguments, _warn_unused, announce_backend, choose_backend
-from .boundary import Batch, Executor, planned_rows
-from .clips import ClipSampler
-from .dali.executor import _DaliExecutor
-from .dali.runner import _DaliRunner
+from ..core.boundary import Batch, Executor, planned_rows
+from ..sampling.clips import ClipSampler
+from ..dali.executor import _DaliExecutor
+from ..dali.runner import _DaliRunner
 from .changes import DataChangesMixin
 from .clipbatches import ClipBatchesMixin, _check_clips, _sizes, clip_rows
 from .epochs import EpochLoaderMixin
-from .errors import ConfigError, ExecutorFailed, LoaderClosedError, StaleIteratorError
-from .reading import check_on_error
-from .sampler import WeightedSampler, default_sampler, default_seed, plan_epoch
-from .telemetry import LoaderTelemetry, TelemetryMixin
-from .tensors import apply_batch_ops, batch_params, normalize, release_pooled_outputs
+from ..errors import ConfigError, ExecutorFailed, LoaderClosedError, StaleIteratorError
+from ..core.reading import check_on_error
+from ..sampling.sampler import WeightedSampler, default_sampler, default_seed, plan_epoch
+from ..telemetry import LoaderTelemetry, TelemetryMixin
+from ..core.tensors import apply_batch_ops, batch_params, normalize, release_pooled_outputs
 
 log = logging.getLogger("dali_backend")
 __all__ = ["DaliLoader", "FallbackLoader", "choose_backend"]
 
 
 def _tune_workers(dataset, batch_size: int, chosen: str, **kwargs) -> tuple[int, dict]:
-    """``num_workers="auto"``: calibrate with temporary loaders like this one (:mod:`dali_backend.autotune`)."""
+    """``num_workers="auto"``: calibrate with temporary loaders like this one (:mod:`dali_backend.facade.autotune`)."""
     from .autotune import choose_workers
 
     def make_loader(workers: int, sampler) -> DaliLoader:
@@ -57,7 +57,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
 
     One facade over two executors: DALI's graph (GPU or CPU operators) or OpenCV in DataLoader
     workers. The facade owns the arguments, the passes and epochs, the plan of each pass (which draws,
-    in which batches: :func:`~dali_backend.sampler.plan_epoch`), accounting, resumption, bad-file
+    in which batches: :func:`~dali_backend.sampling.sampler.plan_epoch`), accounting, resumption, bad-file
     errors and normalisation; an executor only turns planned batches into uint8 pixels.
 
     Passes and epochs (as ``DataLoader``): each ``iter()`` is a pass over one epoch. A pass after
@@ -74,18 +74,18 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         batch_size: samples per batch.
         shuffle: shuffle each epoch when no ``sampler`` is given (every sample once).
         sampler: a :class:`WeightedSampler` (recommended) or any sampler of indices (see
-            :func:`~dali_backend.sampler.as_draw` for how an index becomes a draw); or a
-            :class:`~dali_backend.clips.ClipSampler`: each draw is then a clip of ``T = clip_len`` frames,
+            :func:`~dali_backend.sampling.sampler.as_draw` for how an index becomes a draw); or a
+            :class:`~dali_backend.sampling.clips.ClipSampler`: each draw is then a clip of ``T = clip_len`` frames,
             run as ``batch_size * T`` samples sharing the clip's position (so its augmentation
             parameters) and regrouped, and ``batch_size`` counts clips (see below); or an
-            :class:`~dali_backend.grouping.AspectGroupedSampler` (batches of one aspect-ratio group,
+            :class:`~dali_backend.sampling.grouping.AspectGroupedSampler` (batches of one aspect-ratio group,
             with a spec that pads variable-size batches and its own ``batch_size``).
         batch_sampler: not supported (batches are planned from ``sampler`` and ``batch_size``).
         num_workers: DALI threads (0: the cores of this process, shared between torchrun ranks;
             Python file readers: a quarter of that, 1 to 8), or the torch backend's workers.
             ``"auto"``: chosen by a short calibration on this data set, spec and batch size (the
             smallest setting within 5 % of the best; cached per machine and data set; see
-            :mod:`dali_backend.autotune`); the measurements are in ``loader.autotune``.
+            :mod:`dali_backend.facade.autotune`); the measurements are in ``loader.autotune``.
         collate_fn: not supported (batches are assembled by the loader); use ``batch_transform``.
         pin_memory: the torch backend pins its batches (DALI: no effect, warns).
         drop_last: drop the last partial batch of each epoch.
@@ -115,7 +115,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
             start in ``__init__``: create loaders before ``model.cuda()`` or
             ``torch.cuda.is_available()`` to keep fork; spawn re-imports the main script, which then
             needs an ``if __name__ == "__main__":`` guard.
-        on_error: ``"raise"`` or ``"skip"`` (default: the dataset's); see :mod:`dali_backend.reading`.
+        on_error: ``"raise"`` or ``"skip"`` (default: the dataset's); see :mod:`dali_backend.core.reading`.
         return_meta: also yield each batch's identity (see below).
         batch_transform: ``fn(images, labels) -> (images, labels)`` applied to every batch after
             normalisation, on the loader's device (the GPU for ``dali-gpu``), the same on both
@@ -133,7 +133,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
     epoch's global draw), ``"path"`` (list of absolute paths) and ``"params"`` (list of dicts: each
     draw's augmentation parameters). ``.backend`` is ``"dali-gpu"``, ``"dali-cpu"`` or ``"torch"``.
 
-    With a :class:`~dali_backend.clips.ClipSampler`, images are ``[B, T, 3, H, W]`` and labels the
+    With a :class:`~dali_backend.sampling.clips.ClipSampler`, images are ``[B, T, 3, H, W]`` and labels the
     clips' ``[B]``; ``len()``, ``stats()`` and ``state_dict()`` count clips and batches of clips (not
     frames); ``meta`` holds ``"clip"``, ``"sequence"``, ``"epoch"`` and ``"position"`` per clip,
     ``"index"`` and ``"planned"`` ``[B, T]``, and ``"path"`` and ``"params"`` as B lists of T.
@@ -202,7 +202,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         # runs (maybe inside a worker forked by a later loader, which then tries to stop them)
         owner = weakref.proxy(self)
         if not dali:
-            from ._own import own
+            from .._own import own
 
             def make_executor(ds) -> Executor:
                 return own("fallback.executor").TorchExecutor(

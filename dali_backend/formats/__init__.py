@@ -1,0 +1,1 @@
+"""Image formats: ``jpeg`` (headers, checks, decoder settings)."""

@@ -1,0 +1,2 @@
+"""Which draws, in which order: ``sampler`` (weighted draws per epoch and rank), ``sequences`` and
+``clips`` (windows of frames), ``grouping`` (aspect groups), ``schedule``."""
