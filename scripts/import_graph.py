@@ -32,7 +32,6 @@ LAYERS = [
     ("dali_backend", 2, "facade: package"), ("dali_backend.facade", 2, "facade"), ("dali_backend.telemetry", 2, "facade: telemetry"),
     ("dali_backend.cli", 3, "cli"), ("dali_backend.__main__", 3, "cli"), ("bench", 3, "bench"),
 ]
-LAYER_NAMES = ["contract", "executors", "facade", "cli and bench"]
 
 
 class Unclassified(LookupError):

@@ -1,0 +1,42 @@
+"""DaliLoader under Hugging Face Accelerate: prepare leaves it as it is, and register_for_checkpointing
+with save_state / load_state resumes it mid-epoch (docs/guides/accelerate.md)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dali_backend import AugmentSpec, DaliLoader, WeightedSampler
+from fallback import ImageDataset
+
+accelerate = pytest.importorskip("accelerate")
+
+
+def make_loader(index, backend):
+    return DaliLoader(ImageDataset(index, AugmentSpec(size=16)), batch_size=4, device="cpu", backend=backend,
+                      sampler=WeightedSampler(index, num_samples=20, seed=1), return_meta=True)
+
+
+@pytest.mark.parametrize("backend", ["dali", "torch"])
+def test_prepare_keeps_the_loader_and_save_state_resumes_it(defect_index, backend, tmp_path):
+    whole = make_loader(defect_index, backend)
+    want = [meta["index"].tolist() for _, _, meta in whole]
+    whole.close()
+    acc = accelerate.Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 2)
+    loader = make_loader(defect_index, backend)
+    model, prepared = acc.prepare(model, loader)
+    assert prepared is loader  # not wrapped: the sampler already shards, the backend places batches
+    acc.register_for_checkpointing(loader)
+    it = iter(loader)
+    got = [next(it)[2]["index"].tolist() for _ in range(2)]
+    acc.save_state(str(tmp_path / "state"))
+    loader.close()
+
+    fresh = make_loader(defect_index, backend)
+    acc2 = accelerate.Accelerator(cpu=True)
+    acc2.register_for_checkpointing(fresh)
+    acc2.load_state(str(tmp_path / "state"))
+    got += [meta["index"].tolist() for _, _, meta in fresh]
+    fresh.close()
+    assert got == want
