@@ -3,7 +3,7 @@
 # marked slow (soaks, whole-benchmark runs, fault tests that wait on purpose) for a quick check while
 # working; `make mutants` runs the hand-written mutants of scripts/mutants.py (minutes; on demand).
 # `make docs` builds the documentation site into site/ (mkdocs, offline, warnings are errors; the test
-# extra includes the docs tools, and tests/test_docs.py builds it too).
+# extra includes the docs tools, and tests/docs/test_docs.py builds it too).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 

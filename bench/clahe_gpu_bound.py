@@ -6,7 +6,7 @@ differs from libjpeg-turbo by about one level on some pixels. Without a GPU this
 what that costs at the output: each image is decoded by OpenCV (the CPU path's decoder), a fraction
 of its pixels moved by +-1 level (a stand-in for nvJPEG's differences; the GPU check measures the real
 fraction, ``decode`` row of ``bench.equivalence --device gpu``), equalised by the numpy model of
-DALI's GPU CLAHE (``tests/clahe_gpu_model.py``) inside OpenCV's reflect-101 padding (what the GPU graph
+DALI's GPU CLAHE (``tests/helpers/clahe_gpu_model.py``) inside OpenCV's reflect-101 padding (what the GPU graph
 does), then resized, rotated and jittered by the CPU operations with the same parameters. The CPU
 path runs the preset unchanged. Printed per source size and perturbed fraction: mean / 99.9th
 percentile / max of |GPU estimate - CPU| on the uint8 scale, after CLAHE and at the output.
@@ -29,11 +29,11 @@ import numpy as np
 from dali_backend._own import own
 
 ops = own("fallback.ops")
-MODEL = Path(__file__).resolve().parents[1] / "tests" / "clahe_gpu_model.py"
+MODEL = Path(__file__).resolve().parents[1] / "tests" / "helpers" / "clahe_gpu_model.py"
 
 
 def load_model():
-    """The numpy model of DALI's GPU CLAHE (``tests/clahe_gpu_model.py``: ``dali_gpu_clahe``, ``opencv_padding``)."""
+    """The numpy model of DALI's GPU CLAHE (``tests/helpers/clahe_gpu_model.py``: ``dali_gpu_clahe``, ``opencv_padding``)."""
     spec = importlib.util.spec_from_file_location("clahe_gpu_model", MODEL)
     if spec is None or not MODEL.exists():
         raise FileNotFoundError(f"{MODEL}: the CLAHE kernel's model is not there; run from a source checkout")

@@ -13,7 +13,7 @@
 #                     mkdir -p /tmp/w && cp .gpu/pN/* /tmp/w/ && bash bench/gpu_check.sh
 # Results (JSON, logs, junit XML) land in $OUT (default out/gpu) as each stage finishes.
 #
-# Stages and their time limits (seconds; a device command may run 10 minutes; tests/test_bench.py checks
+# Stages and their time limits (seconds; a device command may run 10 minutes; tests/bench/test_bench.py checks
 # that they add up to at most 480):
 #   install 45 | versions + one mixed-decoder JPEG 45 | CUDA tests 90 | no host sync in a dali-gpu pass
 #   (set_sync_debug_mode("error")) and the data wait under a GPU-bound step 30 | device choice under
@@ -90,17 +90,17 @@ cuda_tests() {  # cuda_tests NAME LIMIT ARGS...: CUDA-marked tests in a process 
 }
 
 stage "2a. no host sync in the steady state of a dali-gpu pass; the data wait is host wait"
-cuda_tests sync 25 tests/test_host_syncs.py
+cuda_tests sync 25 tests/facade/test_host_syncs.py
 
 stage "2b. device choice: a rank on its GPU, no CUDA context on another, under several CUDA_VISIBLE_DEVICES"
 # the test runs one child per setting: all GPUs, all in reverse order and the last alone where there are
 # several; unset and "0" with one (then LOCAL_RANK=3 maps onto it)
-cuda_tests devices 35 tests/test_gpu_setup.py -k "its_gpu"
+cuda_tests devices 35 tests/dali/test_gpu_setup.py -k "its_gpu"
 
 stage "2c. the other CUDA-marked tests"
 timeout -s INT -k 10 80 "$py" -m pytest -v -m "cuda or torchvision" -p no:cacheprovider --durations=0 \
-  --junitxml="$out/pytest_cuda.xml" --ignore=tests/test_host_syncs.py --deselect \
-  "tests/test_gpu_setup.py::test_a_rank_decodes_on_its_gpu_and_creates_no_context_on_another" \
+  --junitxml="$out/pytest_cuda.xml" --ignore=tests/facade/test_host_syncs.py --deselect \
+  "tests/dali/test_gpu_setup.py::test_a_rank_decodes_on_its_gpu_and_creates_no_context_on_another" \
   tests > "$out/pytest_cuda.log" 2>&1
 rc=$?
 [ $dry = 1 ] && [ $rc = 5 ] && rc=0  # dry run: every CUDA test is skipped, none collected is fine

@@ -62,7 +62,7 @@ def cmd_versions(args) -> int:
         info["dali"] = dali.__version__
         from nvidia.dali import backend
 
-        # what this wheel registers for the GPU (tests/test_gpu_graph.py checks the graphs against the
+        # what this wheel registers for the GPU (tests/dali/test_gpu_graph.py checks the graphs against the
         # CPU machines' wheel; this list shows whether the GPU machine's wheel registers the same)
         ops = {"gpu": sorted(backend.RegisteredGPUOps()), "mixed": sorted(backend.RegisteredMixedOps())}
     except ImportError as e:

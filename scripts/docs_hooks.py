@@ -3,7 +3,7 @@
 * ``reference/cli.md``: the command-line reference, read from the argparse parser itself
   (:func:`dali_backend.cli.build_parser`, which also holds ``python -m bench``'s arguments): every
   command, its usage line, arguments, choices and help text. A flag added to the parser is on the
-  site at the next build; ``tests/test_docs.py`` checks the page lists every flag.
+  site at the next build; ``tests/docs/test_docs.py`` checks the page lists every flag.
 * ``reference/metrics.md``: every name ``loader.metrics()`` returns, its unit and meaning, from
   :data:`dali_backend.telemetry.METRICS` (and how each stage is measured, per backend).
 * the table of supported operations in ``guides/torchvision.md`` (where the page says

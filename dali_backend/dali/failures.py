@@ -1,6 +1,6 @@
 """What DALI's error text says, read in one place.
 
-DALI reports a failed pipeline only as text. The forms DALI 2.4 produces (tests/test_dali_failures.py
+DALI reports a failed pipeline only as text. The forms DALI 2.4 produces (tests/dali/test_dali_failures.py
 holds each, captured from this DALI, and checks a live one):
 
 * an operator's failure: ``Error in CPU operator `nvidia.dali.fn.decoders.image`, which was used in

@@ -20,7 +20,7 @@ receive the size at their place in the chain, computed from the decoded size by 
 :meth:`Transform.output_size`. The decoded size is read from the encoded bytes' headers (frame size,
 turned by the EXIF orientation: :func:`dali_backend.formats.jpeg.decoded_size`) in the DALI reader worker,
 and taken from the decoded array in the fallback; the two agree on every file both decoders accept
-(tests/test_transforms.py). The index's widths and heights are not used: they are before EXIF
+(tests/transforms/test_transforms.py). The index's widths and heights are not used: they are before EXIF
 rotation and describe the file at index time, not the bytes being served.
 """
 
