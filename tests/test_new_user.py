@@ -4,6 +4,7 @@ on Windows), and the command line, summaries, errors and splits that user met.""
 from __future__ import annotations
 
 import ast
+import hashlib
 import inspect
 import re
 import subprocess
@@ -368,12 +369,36 @@ def test_cli_split_stratify(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------ 12. no hard-coded registry
+# SHA-256 of the package registry's host names (the index and its file host), so that this test can look
+# for them without writing them into the repository itself.
+REGISTRY_HOST_SHA256 = {"a4aa2ac280bb8d1a0ce7a1be5a7bfb10292b49fe9435ad5cff19f421f3c70e41",
+                        "c899567ee906851741bf7f3bde17a33777859ff9f53ff54d6f0ea54cf31ad636"}
+
+
+def registry_hosts_named(text: str) -> list[str]:
+    """The dotted names in ``text`` (host-like words, ``a.b``) whose SHA-256 is a registry host's."""
+    words = re.findall(r"[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+", text)
+    return [w for w in words if hashlib.sha256(w.lower().encode()).hexdigest() in REGISTRY_HOST_SHA256]
+
+
+def test_registry_host_check_finds_a_host_written_in_any_case():
+    """The check above cannot pass vacuously: the hashes are the hosts' (built here from parts, never
+    written whole), found in a URL, a bare word and upper case."""
+    host = ".".join(("pypi", "org"))
+    files = ".".join(("files", "pythonhosted", "org"))
+    for text in (f"pip install -i https://{host}/simple x", f"see {host.upper()}.", f"https://{files}/packages/a"):
+        assert registry_hosts_named(text), text
+    assert not registry_hosts_named("https://download.pytorch.org/whl/cpu and example.org")
+
 def test_bootstrap_names_no_package_index():
     """PyPI comes from pip's own configuration: never named, never replaced (no --index-url). The only
     URL is PyTorch's CPU wheel index (torch's +cpu builds, not a general registry), added as an extra
     index when reachable, so a CPU laptop on plain PyPI does not pull a multi-GB CUDA torch."""
     script = (ROOT / "scripts" / "bootstrap.sh").read_text()
-    assert "pypi.org" not in script and "--index-url" not in script.replace("--extra-index-url", "")
+    for path in ("scripts/bootstrap.sh", "Makefile", ".ci/run"):
+        named = registry_hosts_named((ROOT / path).read_text())
+        assert not named, f"{path} names the package registry's host ({len(named)} times)"
+    assert "--index-url" not in script.replace("--extra-index-url", "")
     urls = [line for line in script.splitlines() if "://" in line and not line.lstrip().startswith("#")]
     assert len(urls) == 1 and "download.pytorch.org/whl/cpu" in urls[0] and "TORCH_CPU_INDEX-" in urls[0]
     assert "TORCH_CPU_INDEX" in script
