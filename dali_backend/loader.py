@@ -23,6 +23,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from . import accelerate_state
 from .arguments import Backend, _check_grouping, _check_numbers, _refuse_arguments, _warn_unused, announce_backend, choose_backend
 from .boundary import Batch, Executor, planned_rows
 from .clips import ClipSampler
@@ -142,6 +143,9 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
     """
 
     _pass_clips: np.ndarray | None = None  # this pass's clip draws [n, 2] (clip, position), with a ClipSampler
+    # Accelerate's loader protocol (gather_for_metrics; see dali_backend.accelerate_state): set during a pass
+    end_of_dataloader: bool = False  # the pass's last batch is out
+    remainder: int = -1  # real rows of the last batch gathered from every process (0: no padding; -1: unknown)
 
     def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool | None = None, sampler=None,
                  batch_sampler=None, num_workers: int | Literal["auto"] = 0, collate_fn=None, pin_memory: bool = False,
@@ -318,6 +322,8 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         telemetry = self._telemetry
         if telemetry is not None:
             telemetry.begin_pass(asked)
+        last_batch = -(-len(plan) // self._frames_per_batch)
+        accelerate = accelerate_state.begin(self, epoch, offset)  # None unless an Accelerator exists
         try:
             while True:
                 rows = plan[self._batches_done * self._frames_per_batch:]
@@ -327,6 +333,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
                         if batch.bad:  # a file failed its checks under on_error="raise", in whichever process read it
                             raise batch.bad[0].error()
                         out = self._output(batch)
+                        self.end_of_dataloader = self._batches_done == last_batch
                         if telemetry is not None:
                             telemetry.batch(len(batch.served), time.perf_counter() - asked, batch.stages,
                                             batch.in_flight)
@@ -344,6 +351,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
                     raise
             self._end_epoch()
         finally:  # also when the pass is left early (break, an error): no output memory stays resident
+            accelerate_state.end(self, accelerate)
             if telemetry is not None:
                 telemetry.end_pass()
             release_pooled_outputs()
