@@ -88,6 +88,23 @@ def begin(loader, epoch: int, offset: int) -> object | None:
     return state
 
 
+def refuse_skip_first_batches(caller) -> None:
+    """:class:`ConfigError` when ``caller`` (a frame reading ``loader.batch_sampler``) is Accelerate's
+    ``skip_first_batches``: it rebuilds a torch ``DataLoader`` from the dataset and the batch sampler,
+    losing the sampler's draws, the backend and each draw's parameters, and that loader failed at its
+    first ``next()`` deep inside Accelerate (``'NoneType' object is not iterable``). Said at the call."""
+    if caller is not None and caller.f_code.co_name == "skip_first_batches" and \
+            str(caller.f_globals.get("__name__", "")).startswith("accelerate"):
+        from .errors import ConfigError
+
+        raise ConfigError(
+            "accelerator.skip_first_batches(loader, n) does not work with a DaliLoader: it rebuilds a torch DataLoader "
+            "from the dataset (the sampler's draws, the backend and each draw's augmentation parameters would be "
+            "lost). Resume with the loader's own position instead: accelerator.register_for_checkpointing(loader) "
+            "before accelerator.save_state(dir), then accelerator.load_state(dir) in the new run (or "
+            "loader.load_state_dict(state)); the next pass starts exactly where the saved one stopped")
+
+
 def end(loader, state) -> None:
     """Leave the gradient state :func:`begin` joined."""
     if state is not None:

@@ -16,6 +16,7 @@ their protocol and records (:mod:`dali_backend.boundary`): ``run(rows, key, plan
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Iterator
 from typing import Literal
@@ -192,7 +193,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         if persistent_workers is None:
             persistent_workers = num_workers > 0
         # DataLoader attributes that training frameworks read
-        self.batch_sampler, self.collate_fn, self.worker_init_fn, self.generator = None, None, worker_init_fn, generator
+        self.collate_fn, self.worker_init_fn, self.generator = None, worker_init_fn, generator
         self.prefetch_factor, self.persistent_workers = prefetch_factor, bool(persistent_workers) or dali
         self.multiprocessing_context, self.pin_memory_device, self.in_order = context, pin_memory_device, True
         self._closed = False
@@ -291,6 +292,13 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
             raise IndexError(f"the sampler yielded sample index {bad}, outside [0, {n}) for the {n} samples of the "
                              "dataset's index; build the sampler on this index")
         return planned_rows(rows)
+
+    @property
+    def batch_sampler(self) -> None:
+        """None, as a ``DataLoader`` given a sampler has none of its own (frameworks read it); read by
+        Accelerate's ``skip_first_batches``, a :class:`ConfigError` naming ``load_state`` instead."""
+        accelerate_state.refuse_skip_first_batches(sys._getframe(1))
+        return None
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self._closed:

@@ -40,3 +40,19 @@ def test_prepare_keeps_the_loader_and_save_state_resumes_it(defect_index, backen
     got += [meta["index"].tolist() for _, _, meta in fresh]
     fresh.close()
     assert got == want
+
+
+def test_skip_first_batches_raises_at_the_call_naming_load_state(defect_index):
+    """accelerator.skip_first_batches rebuilds a torch DataLoader from the dataset (it failed at the first
+    next() inside Accelerate with "'NoneType' object is not iterable"): refused at the call instead."""
+    from dali_backend import ConfigError
+
+    loader = make_loader(defect_index, "torch")
+    acc = accelerate.Accelerator(cpu=True)
+    with pytest.raises(ConfigError, match=r"skip_first_batches.*register_for_checkpointing.*load_state"):
+        acc.skip_first_batches(loader, 2)
+    with pytest.raises(ConfigError, match="load_state"):
+        accelerate.skip_first_batches(loader, 2)
+    assert loader.batch_sampler is None  # what every other reader (Lightning, ...) sees
+    assert len(list(loader)) == 5  # the loader is unharmed
+    loader.close()
