@@ -6,8 +6,11 @@ from __future__ import annotations
 import ast
 import hashlib
 import inspect
+import os
 import re
+import shutil
 import subprocess
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -421,3 +424,44 @@ def test_a_utf16_csv_with_its_byte_order_mark_reads_without_options(tmp_path):
     manifest.write_bytes("path,label\r\nscratch\\a.jpg,scratch\r\nnormal/b.jpg,normal\r\n".encode("utf-16"))
     index = SampleIndex.from_manifest(manifest, root=tmp_path / "data", progress=False)
     assert len(index) == 2 and sorted(index.classes) == ["normal", "scratch"]
+
+
+def test_make_demo_installs_the_package_alone_and_make_test_the_test_stack(tmp_path):
+    """``make demo`` bootstraps the package with no extra (the demo runs on its own dependencies), ``make
+    test`` with the test extra (issue 36: the demo installed the whole test stack, 3.1 GB)."""
+    def planned(target: str) -> list[str]:
+        out = subprocess.run(["make", "-n", "-C", str(ROOT), target, f"VENV={tmp_path / 'venv'}"], capture_output=True,
+                             text=True, check=True).stdout
+        return [line for line in out.splitlines() if "bootstrap.sh" in line]
+
+    assert planned("demo") == [f'scripts/bootstrap.sh {tmp_path / "venv"} ""']
+    assert planned("test") == [f"scripts/bootstrap.sh {tmp_path / 'venv'} test"]
+    script = (ROOT / "scripts" / "bootstrap.sh").read_text()
+    assert 'extras="${2-test}"' in script and '-e "$here${extras:+[$extras]}"' in script
+
+
+def test_the_demo_imports_nothing_of_the_test_stack(tmp_path):
+    """What ``make demo`` runs (a small demo, for real) needs the package's own dependencies only."""
+    code = ("import sys; from dali_backend.cli import main; "
+            f"rc = main(['demo', '--images', '8', '--size', '64x48', '--out-size', '32', '--epochs', '1', '--workers', "
+            f"'1', '--out', {str(tmp_path / 'out')!r}, '--cache', {str(tmp_path / 'cache')!r}]); "
+            "heavy = {'lightning', 'accelerate', 'ray', 'moto', 'mkdocs', 'tensorboard', 'matplotlib', 'pytest', "
+            "'boto3', 'torchvision'}; print(rc, sorted(heavy & {m.split('.')[0] for m in sys.modules}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip().splitlines()[-1] == "0 []", out.stdout[-2000:]
+    assert (tmp_path / "out" / "preview.png").is_file()
+
+
+@pytest.mark.skipif(bool(shutil.which("nvidia-smi")), reason="the script's GPU branch would install a CUDA torch")
+def test_bootstrap_with_torchvision_refuses_a_cpu_machine_without_a_cpu_index(tmp_path):
+    """WITH_TORCHVISION=1 on a machine without a GPU and without a CPU wheel index: the registry's
+    torchvision is built for its CUDA torch and fails beside a CPU one (operator torchvision::nms does
+    not exist), so the script stops before installing anything and says what to do."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    env = {**os.environ, "WITH_TORCHVISION": "1", "TORCH_CPU_INDEX": "", "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "bootstrap.sh"), str(venv), ""], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "torchvision::nms" in proc.stderr and "TORCH_CPU_INDEX" in proc.stderr
+    assert not list((venv / "lib").glob("python*/site-packages/torch*"))  # nothing installed
