@@ -131,7 +131,8 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
     image at its top left; with ``return_meta=True``, ``(images, labels, meta)`` where ``meta`` is a dict of
     ``"index"`` (sample served, int64 ``[B]``), ``"planned"`` (sample drawn; differs where
     ``on_error="skip"`` replaced a bad file), ``"epoch"``, ``"position"`` (the draw's place in the
-    epoch's global draw), ``"path"`` (list of absolute paths) and ``"params"`` (list of dicts: each
+    epoch's global draw), ``"padding"`` (bool ``[B]``: a draw that pads the ranks' shares to equal
+    length, repeating a sample of the epoch; drop these rows before counting validation samples), ``"path"`` (list of absolute paths) and ``"params"`` (list of dicts: each
     draw's augmentation parameters). ``.backend`` is ``"dali-gpu"``, ``"dali-cpu"`` or ``"torch"``.
 
     With a :class:`~dali_backend.clips.ClipSampler`, images are ``[B, T, 3, H, W]`` and labels the
@@ -141,6 +142,11 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
     ``on_error="skip"`` replaces a clip with a bad frame by a whole clip of its class (never one frame:
     that would put a foreign frame in the clip).
     Arguments that have no effect on the chosen backend warn once.
+
+    Under Hugging Face Accelerate (an ``Accelerator`` in the process) a pass joins Accelerate's
+    gradient state as its own loaders do: ``end_of_dataloader`` is True while the last batch is out and
+    ``remainder`` holds the real rows of the last batch gathered from all processes, so that
+    ``accelerator.gather_for_metrics`` counts each sample once (:mod:`dali_backend.accelerate_state`).
     """
 
     _pass_clips: np.ndarray | None = None  # this pass's clip draws [n, 2] (clip, position), with a ClipSampler
