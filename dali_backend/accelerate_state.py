@@ -77,7 +77,8 @@ def begin(loader, epoch: int, offset: int) -> object | None:
         return None
     real = gathered_real(loader.sampler, epoch, offset, loader.batch_size, loader.drop_last)
     loader.end_of_dataloader, loader.remainder = False, UNKNOWN if real is None else real
-    if real is None and getattr(loader.sampler, "world_size", 1) > 1:
+    if real is None and getattr(loader.sampler, "world_size", 1) > 1 and not getattr(loader, "_padding_warned", False):
+        loader._padding_warned = True  # once per loader: a training loop never gathers for metrics
         warnings.warn(
             f"DaliLoader: {loader.sampler!r} pads its last batches in the middle of the batch Accelerate gathers "
             f"({loader.sampler.num_padded} padding draws over {loader.sampler.world_size} processes, batches of "
