@@ -24,6 +24,8 @@ import warnings
 
 import numpy as np
 
+from .sampler import WeightedSampler
+
 UNKNOWN = -1  # Accelerate's remainder for "no length": gather_for_metrics then keeps every row
 
 
@@ -47,8 +49,6 @@ def gathered_real(sampler, epoch: int, offset: int, batch_size: int, drop_last: 
         epoch: the pass's epoch; offset: its first global position (elastic resumption; 0 otherwise).
         batch_size: draws per batch; drop_last: the loader's (a partial last batch is dropped).
     """
-    from .sampler import WeightedSampler
-
     if not isinstance(sampler, WeightedSampler):
         return None
     total = sampler.num_samples_at(epoch)
@@ -77,7 +77,8 @@ def begin(loader, epoch: int, offset: int) -> object | None:
         return None
     real = gathered_real(loader.sampler, epoch, offset, loader.batch_size, loader.drop_last)
     loader.end_of_dataloader, loader.remainder = False, UNKNOWN if real is None else real
-    if real is None and getattr(loader.sampler, "world_size", 1) > 1 and not getattr(loader, "_padding_warned", False):
+    if real is None and isinstance(loader.sampler, WeightedSampler) and loader.sampler.world_size > 1 and \
+            not loader._padding_warned:
         loader._padding_warned = True  # once per loader: a training loop never gathers for metrics
         warnings.warn(
             f"DaliLoader: {loader.sampler!r} pads its last batches in the middle of the batch Accelerate gathers "

@@ -153,6 +153,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
     # Accelerate's loader protocol (gather_for_metrics; see dali_backend.accelerate_state): set during a pass
     end_of_dataloader: bool = False  # the pass's last batch is out
     remainder: int = -1  # real rows of the last batch gathered from every process (0: no padding; -1: unknown)
+    _padding_warned = False  # the padding gather_for_metrics cannot cut was said (once per loader)
 
     def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool | None = None, sampler=None,
                  batch_sampler=None, num_workers: int | Literal["auto"] = 0, collate_fn=None, pin_memory: bool = False,
