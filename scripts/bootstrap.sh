@@ -35,12 +35,23 @@ pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 tv_for() { local minor; minor="$(cut -d. -f2 <<<"$1")"; echo "torchvision==0.$((minor + 15)).*"; }
 tv_loads() { "$venv/bin/python" -c "import torch, torchvision; torchvision.ops.nms(torch.zeros(1, 4), torch.zeros(1), 0.5)" \
                >/dev/null 2>&1; }
+reachable() { [ -n "$1" ] && "$venv/bin/python" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + '/torch/', timeout=5)" \
+                "$1" >/dev/null 2>&1; }
+refuse_tv() {  # WITH_TORCHVISION=1 beside a CPU torch, and no CPU index to take the matching torchvision from
+  echo "bootstrap: WITH_TORCHVISION=1 without a GPU needs torch's and torchvision's CPU builds from one index" \
+       "(PyTorch's CPU wheel index), and none is reachable: pip's configured sources hold torchvision built for" \
+       "their CUDA torch, which fails to import beside a CPU torch (operator torchvision::nms does not exist)." \
+       "Set TORCH_CPU_INDEX to a reachable CPU index and rerun, or install a matching pair into $venv first" \
+       "(it is kept), e.g. pip install torch==2.14.1 torchvision==0.29.1 where a mirror holds that pair" >&2
+  exit 1
+}
 if "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
   installed="$("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
   echo "bootstrap: keeping the installed torch $installed"
   if [ "$with_tv" = 1 ] && ! tv_loads; then
     tv_extra=()
-    case "$installed" in *+cpu*) [ -n "$cpu_index_default" ] && tv_extra=(--extra-index-url "$cpu_index_default");; esac
+    case "$installed" in *+cpu*) reachable "$cpu_index_default" || refuse_tv
+                                 tv_extra=(--extra-index-url "$cpu_index_default");; esac
     echo "bootstrap: installing $(tv_for "$installed") for torch $installed"
     "${pip[@]}" "torch==$installed" "$(tv_for "$installed")" "${tv_extra[@]+"${tv_extra[@]}"}"
   fi
@@ -54,7 +65,7 @@ else
   # PyTorch's own CPU wheel index (not a general package registry: it holds torch's +cpu builds), used
   # when reachable; elsewhere (an offline mirror, a wheel house) pip's configured sources alone.
   cpu_index="$cpu_index_default"
-  if [ -n "$cpu_index" ] && ! "$venv/bin/python" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + '/torch/', timeout=5)" "$cpu_index" >/dev/null 2>&1; then
+  if [ -n "$cpu_index" ] && ! reachable "$cpu_index"; then
     echo "bootstrap: $cpu_index is not reachable; using pip's configured sources only"
     cpu_index=""
   fi
@@ -63,14 +74,7 @@ else
   [ -n "$cpu_index" ] && extra=(--extra-index-url "$cpu_index")
   tv=()
   if [ "$with_tv" = 1 ]; then
-    if [ -z "$cpu_index" ]; then
-      echo "bootstrap: WITH_TORCHVISION=1 without a GPU needs torch's and torchvision's CPU builds from one index" \
-           "(PyTorch's CPU wheel index), and none is reachable: pip's configured sources hold torchvision built for" \
-           "their CUDA torch, which fails to import beside a CPU torch (operator torchvision::nms does not exist)." \
-           "Set TORCH_CPU_INDEX to a reachable CPU index and rerun, or install a matching pair into $venv first" \
-           "(it is kept), e.g. pip install torch==2.14.1 torchvision==0.29.1 where a mirror holds that pair" >&2
-      exit 1
-    fi
+    [ -n "$cpu_index" ] || refuse_tv
     tv=("$(tv_for "$version")")
   fi
   echo "bootstrap: no GPU; installing the CPU build of torch $version from pip's configured sources${TORCH_CPU_INDEX:+ and $TORCH_CPU_INDEX}"

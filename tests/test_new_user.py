@@ -453,12 +453,21 @@ def test_the_demo_imports_nothing_of_the_test_stack(tmp_path):
 
 
 @pytest.mark.skipif(bool(shutil.which("nvidia-smi")), reason="the script's GPU branch would install a CUDA torch")
-def test_bootstrap_with_torchvision_refuses_a_cpu_machine_without_a_cpu_index(tmp_path):
+@pytest.mark.parametrize("with_torch", [False, True], ids=["fresh-env", "cpu-torch-kept"])
+def test_bootstrap_with_torchvision_refuses_a_cpu_machine_without_a_cpu_index(tmp_path, with_torch):
     """WITH_TORCHVISION=1 on a machine without a GPU and without a CPU wheel index: the registry's
     torchvision is built for its CUDA torch and fails beside a CPU one (operator torchvision::nms does
-    not exist), so the script stops before installing anything and says what to do."""
+    not exist), so the script stops before installing anything and says what to do; in a fresh env and
+    in one whose CPU torch it keeps (this test's own, seen through a .pth file)."""
+    import torch
+
+    if with_torch and "+cpu" not in torch.__version__:
+        pytest.skip(f"needs a CPU build of torch here, not {torch.__version__}")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    if with_torch:
+        (site,) = (venv / "lib").glob("python*/site-packages")
+        (site / "outer.pth").write_text(str(Path(torch.__file__).parents[1]) + "\n")
     env = {**os.environ, "WITH_TORCHVISION": "1", "TORCH_CPU_INDEX": "", "PYTHON": sys.executable}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "bootstrap.sh"), str(venv), ""], env=env, capture_output=True,
                           text=True, timeout=120)
