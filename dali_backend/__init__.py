@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 
 from .augment import AmplificationWarning, AugmentSpec, AugParams, Clahe, draw_params
-from .errors import (BadImageError, ConfigError, DaliBackendError, FallbackWarning, IndexBuildError, IndexFileError,
-                     LoaderClosedError, LoaderTimeoutError, LoaderWorkerError, ManifestError, MissingDependencyError,
-                     OutputFileError, StaleIndexError, StaleIteratorError)
+from .errors import (BadImageError, ColorDroppedWarning, ConfigError, DaliBackendError, FallbackWarning, IndexBuildError,
+                     IndexFileError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError, ManifestError, MissingDependencyError,
+                     OutputFileError, StaleIndexError, StaleIteratorError, StorageError)
 from .index import Rejected, SampleIndex
 from .labelling import DEFAULT_KEYWORDS, KeywordRules
 from .sequences import Sequences
@@ -26,7 +26,7 @@ __all__ = [
     "WeightedSampler", "Draw", "AspectGroupedSampler", "padding_fraction", "Sequences", "ClipSampler", "Clip", "DaliLoader", "ImageDataset", "FallbackLoader", "DaliBackendError", "ConfigError",
     "IndexBuildError", "IndexFileError",
     "ManifestError", "StaleIndexError", "BadImageError", "MissingDependencyError", "LoaderWorkerError", "LoaderClosedError",
-    "LoaderTimeoutError", "StaleIteratorError", "OutputFileError", "FallbackWarning", "AmplificationWarning",
+    "LoaderTimeoutError", "StaleIteratorError", "OutputFileError", "StorageError", "FallbackWarning", "ColorDroppedWarning", "AmplificationWarning",
 ]
 
 

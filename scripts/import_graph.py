@@ -23,11 +23,11 @@ PARTS = [  # (part, module-name prefix), first match wins
     ("contract: index", "dali_backend.index"), ("contract: transforms", "dali_backend.transforms"),
     ("executor: dali", "dali_backend.dali"), ("executor: dali", "dali_backend.pipeline"),
     ("executor: dali", "dali_backend.schedule"), ("executor: fallback", "fallback"),
-    ("facade", "dali_backend.loader"), ("facade", "dali_backend.epochs"), ("facade", "dali_backend.telemetry"), ("facade", "dali_backend.autotune"), ("facade", "dali_backend.arguments"), ("facade", "dali_backend.changes"), ("facade", "dali_backend.clipbatches"), ("facade", "dali_backend.exporters"), ("cli", "dali_backend.cli"),
+    ("facade", "dali_backend.loader"), ("facade", "dali_backend.epochs"), ("facade", "dali_backend.telemetry"), ("facade", "dali_backend.autotune"), ("facade", "dali_backend.arguments"), ("facade", "dali_backend.changes"), ("facade", "dali_backend.clipbatches"), ("facade", "dali_backend.exporters"), ("facade", "dali_backend.accelerate_state"), ("cli", "dali_backend.cli"),
     ("cli", "dali_backend.__main__"), ("cli", "dali_backend.demo"), ("cli", "dali_backend.preview"), ("cli", "dali_backend.pictures"), ("cli", "dali_backend.cliargs"),
     ("bench", "bench"), ("package", "dali_backend"),
 ]
-CONTRACT_LEAVES = {"storage", "amplification", "sequences", "clips", "schedule", "procstats", "errors", "strings", "progress", "memory", "jpeg", "labelling", "reading", "sampler", "augment",
+CONTRACT_LEAVES = {"storage", "amplification", "colour", "sequences", "clips", "schedule", "procstats", "errors", "strings", "progress", "memory", "jpeg", "labelling", "reading", "sampler", "augment",
                    "synthetic", "tensors", "boundary", "_own", "index"}
 
 

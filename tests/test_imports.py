@@ -45,13 +45,13 @@ CONTRACT = {"dali_backend._own", "dali_backend.errors", "dali_backend.strings", 
             "dali_backend.memory", "dali_backend.jpeg", "dali_backend.labelling", "dali_backend.index",
             "dali_backend.reading", "dali_backend.sampler", "dali_backend.augment", "dali_backend.synthetic",
             "dali_backend.tensors", "dali_backend.transfer", "dali_backend.boundary", "dali_backend.procstats", "dali_backend.schedule",
-            "dali_backend.amplification",
+            "dali_backend.amplification", "dali_backend.colour",
             "dali_backend.sequences", "dali_backend.clips", "dali_backend.grouping"}
 # tensors: the contract's last steps (normalisation), shared by both executors; boundary: the records
 # that cross between the facade and the executors (planned rows, Batch, BadDraw) and their protocol
 EXECUTORS = set()  # by package: dali_backend.dali (graph, wire, workers, devices, runner, hand-off) and fallback
 FACADE = {"dali_backend", "dali_backend.epochs", "dali_backend.loader", "dali_backend.telemetry", "dali_backend.autotune", "dali_backend.arguments",
-          "dali_backend.changes", "dali_backend.clipbatches",
+          "dali_backend.changes", "dali_backend.clipbatches", "dali_backend.accelerate_state",
           "dali_backend.exporters"}
 TOP = {"dali_backend.cli", "dali_backend.cliargs", "dali_backend.pictures", "dali_backend.__main__"}
 
