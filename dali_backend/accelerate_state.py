@@ -39,6 +39,13 @@ def gradient_state():
     return cls()
 
 
+def processes() -> int:
+    """How many processes Accelerate runs (its ``PartialState``), 1 when it is not set up (never imports it)."""
+    state = sys.modules.get("accelerate.state")
+    shared = getattr(getattr(state, "PartialState", None), "_shared_state", None) or {}
+    return int(shared.get("num_processes", 1) or 1)
+
+
 def gathered_real(sampler, epoch: int, offset: int, batch_size: int, drop_last: bool) -> int | None:
     """Real rows of the last batch gathered from every rank (their last batches in rank order), when the
     padding is its tail: 0 when there is no padding (nothing to cut); None when a prefix cut cannot drop
@@ -77,8 +84,10 @@ def begin(loader, epoch: int, offset: int) -> object | None:
         return None
     real = gathered_real(loader.sampler, epoch, offset, loader.batch_size, loader.drop_last)
     loader.end_of_dataloader, loader.remainder = False, UNKNOWN if real is None else real
-    if real is None and isinstance(loader.sampler, WeightedSampler) and loader.sampler.world_size > 1 and \
-            not loader._padding_warned:
+    # said only where Accelerate gathers over the sampler's ranks (an Accelerator left in a process that
+    # now runs a loader of another world size is not gathering this loader's batches)
+    if real is None and isinstance(loader.sampler, WeightedSampler) and \
+            loader.sampler.world_size == processes() > 1 and not loader._padding_warned:
         loader._padding_warned = True  # once per loader: a training loop never gathers for metrics
         warnings.warn(
             f"DaliLoader: {loader.sampler!r} pads its last batches in the middle of the batch Accelerate gathers "

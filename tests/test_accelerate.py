@@ -84,8 +84,11 @@ def test_a_pass_tells_accelerate_its_end_and_remainder(defect_index, accelerator
     loader.close()
 
 
-def test_padding_inside_the_gathered_batch_warns_once_and_trims_nothing(defect_index, accelerator):
+def test_padding_inside_the_gathered_batch_warns_once_and_trims_nothing(defect_index, accelerator, monkeypatch):
     """13 draws over 4 processes in batches of 2: 3 padding draws inside the last gathered batch."""
+    from dali_backend import accelerate_state
+
+    monkeypatch.setattr(accelerate_state, "processes", lambda: 4)  # Accelerate gathering over 4 processes
     sampler = WeightedSampler(defect_index, num_samples=13, rank=0, world_size=4, mode="sequential")
     loader = DaliLoader(ImageDataset(defect_index, AugmentSpec(size=16, color="rgb")), batch_size=2, device="cpu",
                         backend="torch", sampler=sampler)
@@ -97,4 +100,21 @@ def test_padding_inside_the_gathered_batch_warns_once_and_trims_nothing(defect_i
         warnings.simplefilter("error")
         remainders = [loader.remainder for _ in loader]
     assert set(remainders) == {-1}
+    loader.close()
+
+
+def test_no_padding_warning_where_accelerate_runs_another_number_of_processes(defect_index, accelerator):
+    """An Accelerator of one process (left in the process, as in a notebook) gathers nothing of a loader whose
+    sampler is rank 0 of 4: no warning (it was said for every such loader in the docs' examples)."""
+    from dali_backend import accelerate_state
+
+    assert accelerate_state.processes() == 1
+    sampler = WeightedSampler(defect_index, num_samples=13, rank=0, world_size=4, mode="sequential")
+    loader = DaliLoader(ImageDataset(defect_index, AugmentSpec(size=16, color="rgb")), batch_size=2, device="cpu",
+                        backend="torch", sampler=sampler)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        list(loader)
     loader.close()
