@@ -20,7 +20,8 @@ ops = own("fallback.ops")
 
 
 def diff_stats(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> dict:
-    """mean / p99.9 / max of |a - b| over all pixels of paired images (shapes must agree)."""
+    """mean / p99.9 / max of |a - b| over all pixels of paired images (shapes must agree), and how many
+    differ by more than 2 levels (``above2``)."""
     diffs = []
     for x, y in zip(a, b, strict=True):
         x, y = np.asarray(x), np.asarray(y)
@@ -29,8 +30,9 @@ def diff_stats(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> dict:
         diffs.append(np.abs(x.astype(np.int16) - y.astype(np.int16)).ravel())
     d = np.concatenate(diffs) if diffs else np.zeros(0)
     if d.size == 0:
-        return {"mean": 0.0, "p999": 0.0, "max": 0, "pixels": 0}
-    return {"mean": float(d.mean()), "p999": float(np.percentile(d, 99.9)), "max": int(d.max()), "pixels": int(d.size)}
+        return {"mean": 0.0, "p999": 0.0, "max": 0, "pixels": 0, "above2": 0}
+    return {"mean": float(d.mean()), "p999": float(np.percentile(d, 99.9)), "max": int(d.max()), "pixels": int(d.size),
+            "above2": int((d > 2).sum())}
 
 
 def _run(graph_fn, inputs: list, device: str, batch_size: int):

@@ -50,10 +50,10 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
 if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
     sys.meta_path.insert(0, _AliasFinder())
 
-from .core.augment import AmplificationWarning, AugmentSpec, AugParams, Clahe, draw_params
-from .errors import (BadImageError, ConfigError, DaliBackendError, FallbackWarning, IndexBuildError, IndexFileError,
+from .errors import (BadImageError, ColorDroppedWarning, ConfigError, DaliBackendError, FallbackWarning, IndexBuildError, IndexFileError,
                      LoaderClosedError, LoaderTimeoutError, LoaderWorkerError, ManifestError, MissingDependencyError,
-                     OutputFileError, StaleIndexError, StaleIteratorError)
+                     OutputFileError, StaleIndexError, StaleIteratorError, StorageError)
+from .core.augment import AmplificationWarning, AugmentSpec, AugParams, Clahe, draw_params
 from .index import Rejected, SampleIndex
 from .core.labelling import DEFAULT_KEYWORDS, KeywordRules
 from .sampling.sequences import Sequences
@@ -66,7 +66,7 @@ __all__ = [
     "WeightedSampler", "Draw", "AspectGroupedSampler", "padding_fraction", "Sequences", "ClipSampler", "Clip", "DaliLoader", "ImageDataset", "FallbackLoader", "DaliBackendError", "ConfigError",
     "IndexBuildError", "IndexFileError",
     "ManifestError", "StaleIndexError", "BadImageError", "MissingDependencyError", "LoaderWorkerError", "LoaderClosedError",
-    "LoaderTimeoutError", "StaleIteratorError", "OutputFileError", "FallbackWarning", "AmplificationWarning",
+    "LoaderTimeoutError", "StaleIteratorError", "OutputFileError", "StorageError", "FallbackWarning", "ColorDroppedWarning", "AmplificationWarning",
 ]
 
 

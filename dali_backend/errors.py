@@ -89,5 +89,10 @@ class FallbackWarning(UserWarning):
     and process; pass the backend explicitly to choose the fallback on purpose."""
 
 
+class ColorDroppedWarning(UserWarning):
+    """The spec decodes gray by default (the preset without ``color=``) and the index holds colour JPEGs:
+    said once per index; pass ``color="rgb"`` to keep the colour, or ``color="gray"`` to mean gray."""
+
+
 class ExecutorFailed(Exception):
     """An executor's ``run`` failed in a way its ``recover`` can repair; then the facade resumes the pass."""

@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 from torch.utils.data import Dataset, get_worker_info
 
 from dali_backend.core.augment import AugmentSpec, AugParams, draw_params
+from dali_backend.core.colour import warn_if_colour_dropped
 from dali_backend.errors import BadImageError, ConfigError
 from dali_backend.index import SampleIndex
 from dali_backend.core.tensors import apply_batch_ops, batch_params
@@ -125,6 +126,7 @@ class ImageDataset(Dataset):
         self.index, self.spec, self.seed, self.epoch = index, spec, int(seed), 0
         self.on_error = check_on_error(on_error)
         self.options = {name: value for name, value in locals().items() if name in _options()}
+        warn_if_colour_dropped(index, spec)  # the preset's default gray on colour files: said once per index
         self.reader = SampleReader.for_index(index, self.seed, cache=cache, cache_dir=cache_dir,
                                              cache_limit_bytes=cache_limit_bytes)
 

@@ -213,7 +213,7 @@ def cmd_demo(args) -> int:
     index = SampleIndex.from_folder(root)  # the library logs the summary
     index.save(out / "index.npz")
     print(f"index: {out / 'index.npz'} [{time.perf_counter() - t0:.2f} s]")
-    spec = AugmentSpec(size=args.out_size)
+    spec = AugmentSpec(size=args.out_size, color="gray")  # the inspection preset: gray on purpose
     ds = ImageDataset(index, spec, seed=args.seed)
     sampler = WeightedSampler(index, seed=args.seed)
     name, _, reason = choose_backend(args.device, args.backend)

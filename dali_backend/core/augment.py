@@ -158,6 +158,7 @@ class AugmentSpec:
         object.__setattr__(self, name, value)
 
     def _init_preset(self) -> None:
+        self._set("color_given", self.color is not _D)  # gray by default or asked for (dali_backend.colour)
         for name, value in _PRESET.items():
             if getattr(self, name) is _D:
                 self._set(name, value)

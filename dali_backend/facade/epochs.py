@@ -173,9 +173,13 @@ class EpochLoaderMixin:
         per_draw = batch_params if batch_params is not None else [None] * len(batch.served)
         params = [ds.spec.describe_params(p, b) for p, b in zip(batch.params, per_draw)]
         as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
+        # a padding draw (WeightedSampler: position >= the epoch's num_samples) repeats a sample of the epoch
+        num_samples = self._pass_num_samples
+        padding = np.asarray(batch.positions) >= num_samples if num_samples is not None else \
+            np.zeros(len(batch.served), bool)
         return {"index": as_tensor(batch.served), "planned": as_tensor(batch.planned), "epoch": as_tensor(batch.epochs),
-                "position": as_tensor(batch.positions), "path": [ds.index.abspath(int(i)) for i in batch.served],
-                "params": params}
+                "position": as_tensor(batch.positions), "padding": torch.from_numpy(padding),
+                "path": [ds.index.abspath(int(i)) for i in batch.served], "params": params}
 
     def _end_epoch(self) -> None:
         st = self._stats

@@ -16,6 +16,7 @@ their protocol and records (:mod:`dali_backend.core.boundary`): ``run(rows, key,
 from __future__ import annotations
 
 import logging
+import sys
 import time
 import weakref
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from . import accelerate_state
 from .arguments import Backend, _check_grouping, _check_numbers, _refuse_arguments, _warn_unused, announce_backend, choose_backend
 from ..core.boundary import Batch, Executor, planned_rows
 from ..sampling.clips import ClipSampler
@@ -130,7 +132,8 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
     image at its top left; with ``return_meta=True``, ``(images, labels, meta)`` where ``meta`` is a dict of
     ``"index"`` (sample served, int64 ``[B]``), ``"planned"`` (sample drawn; differs where
     ``on_error="skip"`` replaced a bad file), ``"epoch"``, ``"position"`` (the draw's place in the
-    epoch's global draw), ``"path"`` (list of absolute paths) and ``"params"`` (list of dicts: each
+    epoch's global draw), ``"padding"`` (bool ``[B]``: a draw that pads the ranks' shares to equal
+    length, repeating a sample of the epoch; drop these rows before counting validation samples), ``"path"`` (list of absolute paths) and ``"params"`` (list of dicts: each
     draw's augmentation parameters). ``.backend`` is ``"dali-gpu"``, ``"dali-cpu"`` or ``"torch"``.
 
     With a :class:`~dali_backend.sampling.clips.ClipSampler`, images are ``[B, T, 3, H, W]`` and labels the
@@ -140,9 +143,18 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
     ``on_error="skip"`` replaces a clip with a bad frame by a whole clip of its class (never one frame:
     that would put a foreign frame in the clip).
     Arguments that have no effect on the chosen backend warn once.
+
+    Under Hugging Face Accelerate (an ``Accelerator`` in the process) a pass joins Accelerate's
+    gradient state as its own loaders do: ``end_of_dataloader`` is True while the last batch is out and
+    ``remainder`` holds the real rows of the last batch gathered from all processes, so that
+    ``accelerator.gather_for_metrics`` counts each sample once (:mod:`dali_backend.facade.accelerate_state`).
     """
 
     _pass_clips: np.ndarray | None = None  # this pass's clip draws [n, 2] (clip, position), with a ClipSampler
+    # Accelerate's loader protocol (gather_for_metrics; see dali_backend.facade.accelerate_state): set during a pass
+    end_of_dataloader: bool = False  # the pass's last batch is out
+    remainder: int = -1  # real rows of the last batch gathered from every process (0: no padding; -1: unknown)
+    _padding_warned = False  # the padding gather_for_metrics cannot cut was said (once per loader)
 
     def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool | None = None, sampler=None,
                  batch_sampler=None, num_workers: int | Literal["auto"] = 0, collate_fn=None, pin_memory: bool = False,
@@ -189,7 +201,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         if persistent_workers is None:
             persistent_workers = num_workers > 0
         # DataLoader attributes that training frameworks read
-        self.batch_sampler, self.collate_fn, self.worker_init_fn, self.generator = None, None, worker_init_fn, generator
+        self.collate_fn, self.worker_init_fn, self.generator = None, worker_init_fn, generator
         self.prefetch_factor, self.persistent_workers = prefetch_factor, bool(persistent_workers) or dali
         self.multiprocessing_context, self.pin_memory_device, self.in_order = context, pin_memory_device, True
         self._closed = False
@@ -289,6 +301,13 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
                              "dataset's index; build the sampler on this index")
         return planned_rows(rows)
 
+    @property
+    def batch_sampler(self) -> None:
+        """None, as a ``DataLoader`` given a sampler has none of its own (frameworks read it); read by
+        Accelerate's ``skip_first_batches``, a :class:`ConfigError` naming ``load_state`` instead."""
+        accelerate_state.refuse_skip_first_batches(sys._getframe(1))
+        return None
+
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self._closed:
             raise LoaderClosedError("this DaliLoader was closed; create a new one to iterate again")
@@ -319,6 +338,8 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         telemetry = self._telemetry
         if telemetry is not None:
             telemetry.begin_pass(asked)
+        last_batch = -(-len(plan) // self._frames_per_batch)
+        accelerate = accelerate_state.begin(self, epoch, offset)  # None unless an Accelerator exists
         try:
             while True:
                 rows = plan[self._batches_done * self._frames_per_batch:]
@@ -328,6 +349,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
                         if batch.bad:  # a file failed its checks under on_error="raise", in whichever process read it
                             raise batch.bad[0].error()
                         out = self._output(batch)
+                        self.end_of_dataloader = self._batches_done == last_batch
                         if telemetry is not None:
                             telemetry.batch(len(batch.served), time.perf_counter() - asked, batch.stages,
                                             batch.in_flight)
@@ -345,6 +367,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
                     raise
             self._end_epoch()
         finally:  # also when the pass is left early (break, an error): no output memory stays resident
+            accelerate_state.end(self, accelerate)
             if telemetry is not None:
                 telemetry.end_pass()
             release_pooled_outputs()

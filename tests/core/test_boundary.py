@@ -130,9 +130,10 @@ def test_return_meta_params_come_from_the_executor_without_reading_files_again(w
 def test_a_bad_files_fields_come_from_the_worker_that_read_it(watched_root, monkeypatch, kind):
     index = SampleIndex.from_folder(watched_root, progress=False)
     (watched_root / "ok" / "2.jpg").write_bytes(jpeg_bytes(48, 56, seed=2)[:200])  # changed after indexing
+    ds = ImageDataset(index, AugmentSpec(size=16, color="rgb"))  # built before the watch: what a pass opens counts
     opened = _main_process_opens(monkeypatch, watched_root)
     workers = 2 if kind == "torch" else 0
-    loader = DaliLoader(ImageDataset(index, AugmentSpec(size=16)), batch_size=4, num_workers=workers, **KINDS[kind])
+    loader = DaliLoader(ds, batch_size=4, num_workers=workers, **KINDS[kind])
     loader.set_epoch(4)
     with loader, pytest.raises(BadImageError) as e:
         list(loader)

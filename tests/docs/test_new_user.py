@@ -4,9 +4,13 @@ on Windows), and the command line, summaries, errors and splits that user met.""
 from __future__ import annotations
 
 import ast
+import hashlib
 import inspect
+import os
 import re
+import shutil
 import subprocess
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -368,12 +372,36 @@ def test_cli_split_stratify(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------ 12. no hard-coded registry
+# SHA-256 of the package registry's host names (the index and its file host), so that this test can look
+# for them without writing them into the repository itself.
+REGISTRY_HOST_SHA256 = {"a4aa2ac280bb8d1a0ce7a1be5a7bfb10292b49fe9435ad5cff19f421f3c70e41",
+                        "c899567ee906851741bf7f3bde17a33777859ff9f53ff54d6f0ea54cf31ad636"}
+
+
+def registry_hosts_named(text: str) -> list[str]:
+    """The dotted names in ``text`` (host-like words, ``a.b``) whose SHA-256 is a registry host's."""
+    words = re.findall(r"[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+", text)
+    return [w for w in words if hashlib.sha256(w.lower().encode()).hexdigest() in REGISTRY_HOST_SHA256]
+
+
+def test_registry_host_check_finds_a_host_written_in_any_case():
+    """The check above cannot pass vacuously: the hashes are the hosts' (built here from parts, never
+    written whole), found in a URL, a bare word and upper case."""
+    host = ".".join(("pypi", "org"))
+    files = ".".join(("files", "pythonhosted", "org"))
+    for text in (f"pip install -i https://{host}/simple x", f"see {host.upper()}.", f"https://{files}/packages/a"):
+        assert registry_hosts_named(text), text
+    assert not registry_hosts_named("https://download.pytorch.org/whl/cpu and example.org")
+
 def test_bootstrap_names_no_package_index():
     """PyPI comes from pip's own configuration: never named, never replaced (no --index-url). The only
     URL is PyTorch's CPU wheel index (torch's +cpu builds, not a general registry), added as an extra
     index when reachable, so a CPU laptop on plain PyPI does not pull a multi-GB CUDA torch."""
     script = (ROOT / "scripts" / "bootstrap.sh").read_text()
-    assert "pypi.org" not in script and "--index-url" not in script.replace("--extra-index-url", "")
+    for path in ("scripts/bootstrap.sh", "Makefile", ".ci/run"):
+        named = registry_hosts_named((ROOT / path).read_text())
+        assert not named, f"{path} names the package registry's host ({len(named)} times)"
+    assert "--index-url" not in script.replace("--extra-index-url", "")
     urls = [line for line in script.splitlines() if "://" in line and not line.lstrip().startswith("#")]
     assert len(urls) == 1 and "download.pytorch.org/whl/cpu" in urls[0] and "TORCH_CPU_INDEX-" in urls[0]
     assert "TORCH_CPU_INDEX" in script
@@ -396,3 +424,53 @@ def test_a_utf16_csv_with_its_byte_order_mark_reads_without_options(tmp_path):
     manifest.write_bytes("path,label\r\nscratch\\a.jpg,scratch\r\nnormal/b.jpg,normal\r\n".encode("utf-16"))
     index = SampleIndex.from_manifest(manifest, root=tmp_path / "data", progress=False)
     assert len(index) == 2 and sorted(index.classes) == ["normal", "scratch"]
+
+
+def test_make_demo_installs_the_package_alone_and_make_test_the_test_stack(tmp_path):
+    """``make demo`` bootstraps the package with no extra (the demo runs on its own dependencies), ``make
+    test`` with the test extra (issue 36: the demo installed the whole test stack, 3.1 GB)."""
+    def planned(target: str) -> list[str]:
+        out = subprocess.run(["make", "-n", "-C", str(ROOT), target, f"VENV={tmp_path / 'venv'}"], capture_output=True,
+                             text=True, check=True).stdout
+        return [line for line in out.splitlines() if "bootstrap.sh" in line]
+
+    assert planned("demo") == [f'scripts/bootstrap.sh {tmp_path / "venv"} ""']
+    assert planned("test") == [f"scripts/bootstrap.sh {tmp_path / 'venv'} test"]
+    script = (ROOT / "scripts" / "bootstrap.sh").read_text()
+    assert 'extras="${2-test}"' in script and '-e "$here${extras:+[$extras]}"' in script
+
+
+def test_the_demo_imports_nothing_of_the_test_stack(tmp_path):
+    """What ``make demo`` runs (a small demo, for real) needs the package's own dependencies only."""
+    code = ("import sys; from dali_backend.cli import main; "
+            f"rc = main(['demo', '--images', '8', '--size', '64x48', '--out-size', '32', '--epochs', '1', '--workers', "
+            f"'1', '--out', {str(tmp_path / 'out')!r}, '--cache', {str(tmp_path / 'cache')!r}]); "
+            "heavy = {'lightning', 'accelerate', 'ray', 'moto', 'mkdocs', 'tensorboard', 'matplotlib', 'pytest', "
+            "'boto3', 'torchvision'}; print(rc, sorted(heavy & {m.split('.')[0] for m in sys.modules}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip().splitlines()[-1] == "0 []", out.stdout[-2000:]
+    assert (tmp_path / "out" / "preview.png").is_file()
+
+
+@pytest.mark.skipif(bool(shutil.which("nvidia-smi")), reason="the script's GPU branch would install a CUDA torch")
+@pytest.mark.parametrize("with_torch", [False, True], ids=["fresh-env", "cpu-torch-kept"])
+def test_bootstrap_with_torchvision_refuses_a_cpu_machine_without_a_cpu_index(tmp_path, with_torch):
+    """WITH_TORCHVISION=1 on a machine without a GPU and without a CPU wheel index: the registry's
+    torchvision is built for its CUDA torch and fails beside a CPU one (operator torchvision::nms does
+    not exist), so the script stops before installing anything and says what to do; in a fresh env and
+    in one whose CPU torch it keeps (this test's own, seen through a .pth file)."""
+    import torch
+
+    if with_torch and "+cpu" not in torch.__version__:
+        pytest.skip(f"needs a CPU build of torch here, not {torch.__version__}")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    if with_torch:
+        (site,) = (venv / "lib").glob("python*/site-packages")
+        (site / "outer.pth").write_text(str(Path(torch.__file__).parents[1]) + "\n")
+    env = {**os.environ, "WITH_TORCHVISION": "1", "TORCH_CPU_INDEX": "", "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "bootstrap.sh"), str(venv), ""], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "torchvision::nms" in proc.stderr and "TORCH_CPU_INDEX" in proc.stderr
+    assert not list((venv / "lib").glob("python*/site-packages/torch*"))  # nothing installed

@@ -40,3 +40,81 @@ def test_prepare_keeps_the_loader_and_save_state_resumes_it(defect_index, backen
     got += [meta["index"].tolist() for _, _, meta in fresh]
     fresh.close()
     assert got == want
+
+
+def test_skip_first_batches_raises_at_the_call_naming_load_state(defect_index):
+    """accelerator.skip_first_batches rebuilds a torch DataLoader from the dataset (it failed at the first
+    next() inside Accelerate with "'NoneType' object is not iterable"): refused at the call instead."""
+    from dali_backend import ConfigError
+
+    loader = make_loader(defect_index, "torch")
+    acc = accelerate.Accelerator(cpu=True)
+    with pytest.raises(ConfigError, match=r"skip_first_batches.*register_for_checkpointing.*load_state"):
+        acc.skip_first_batches(loader, 2)
+    with pytest.raises(ConfigError, match="load_state"):
+        accelerate.skip_first_batches(loader, 2)
+    assert loader.batch_sampler is None  # what every other reader (Lightning, ...) sees
+    assert len(list(loader)) == 5  # the loader is unharmed
+    loader.close()
+
+
+@pytest.fixture
+def accelerator():
+    acc = accelerate.Accelerator(cpu=True)
+    yield acc
+    from accelerate.state import GradientState
+
+    GradientState._reset_state()  # later loaders in this process join no gradient state
+
+
+def test_a_pass_tells_accelerate_its_end_and_remainder(defect_index, accelerator):
+    """The protocol gather_for_metrics reads, in one process: rank 0 of 2 (13 draws, batches of 4: the
+    last gathered batch holds 5 real rows of 6); the loader leaves the state when the pass ends."""
+    from accelerate.state import GradientState
+
+    sampler = WeightedSampler(defect_index, num_samples=13, rank=0, world_size=2, mode="sequential")
+    loader = DaliLoader(ImageDataset(defect_index, AugmentSpec(size=16, color="rgb")), batch_size=4, device="cpu",
+                        backend="torch", sampler=sampler)
+    seen = []
+    for _ in loader:
+        state = GradientState()
+        seen.append((state.active_dataloader is loader, state.end_of_dataloader, state.remainder))
+    assert seen == [(True, False, 5), (True, True, 5)]  # 7 draws on this rank: batches of 4 and 3
+    assert GradientState().active_dataloader is None and not loader.end_of_dataloader
+    loader.close()
+
+
+def test_padding_inside_the_gathered_batch_warns_once_and_trims_nothing(defect_index, accelerator, monkeypatch):
+    """13 draws over 4 processes in batches of 2: 3 padding draws inside the last gathered batch."""
+    from dali_backend.facade import accelerate_state
+
+    monkeypatch.setattr(accelerate_state, "processes", lambda: 4)  # Accelerate gathering over 4 processes
+    sampler = WeightedSampler(defect_index, num_samples=13, rank=0, world_size=4, mode="sequential")
+    loader = DaliLoader(ImageDataset(defect_index, AugmentSpec(size=16, color="rgb")), batch_size=2, device="cpu",
+                        backend="torch", sampler=sampler)
+    with pytest.warns(UserWarning, match=r"meta\['padding'\]"):
+        list(loader)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        remainders = [loader.remainder for _ in loader]
+    assert set(remainders) == {-1}
+    loader.close()
+
+
+def test_no_padding_warning_where_accelerate_runs_another_number_of_processes(defect_index, accelerator):
+    """An Accelerator of one process (left in the process, as in a notebook) gathers nothing of a loader whose
+    sampler is rank 0 of 4: no warning (it was said for every such loader in the docs' examples)."""
+    from dali_backend.facade import accelerate_state
+
+    assert accelerate_state.processes() == 1
+    sampler = WeightedSampler(defect_index, num_samples=13, rank=0, world_size=4, mode="sequential")
+    loader = DaliLoader(ImageDataset(defect_index, AugmentSpec(size=16, color="rgb")), batch_size=2, device="cpu",
+                        backend="torch", sampler=sampler)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        list(loader)
+    loader.close()
