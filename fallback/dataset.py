@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 from torch.utils.data import Dataset, get_worker_info
 
 from dali_backend.core.augment import AugmentSpec, AugParams, draw_params
+from dali_backend.core.boundary import SampleSet
 from dali_backend.core.colour import warn_if_colour_dropped
 from dali_backend.errors import BadImageError, ConfigError
 from dali_backend.index import SampleIndex
@@ -132,6 +133,11 @@ class ImageDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.index)
+
+    @property
+    def samples(self) -> SampleSet:
+        """This dataset as the contract's record an executor runs on (index, reader, spec, seed)."""
+        return SampleSet(index=self.index, reader=self.reader, spec=self.spec, seed=self.seed)
 
     def with_index(self, index: SampleIndex) -> ImageDataset:
         """A dataset over ``index`` with every other argument this one was given (``options``: each

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from dali_backend.core.boundary import BadDraw, Batch, Plan, plain_params
+from dali_backend.core.boundary import BadDraw, Batch, Plan, Served, plain_params
 from dali_backend.errors import BadImageError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError
 from dali_backend.util.memory import BATCHES_PER_TRIM, EveryNth
 from dali_backend.core.reading import SERVED_BAD, ClipTable
@@ -240,8 +240,9 @@ class TorchExecutor:
             self._trim()  # earlier batches are gone by now: keep RSS flat
             bad = tuple(n for n in notes if isinstance(n, BadDraw))
             params = None if bad or not self.with_params else notes
-            yield Batch(images, labels, meta[:, 0], meta[:, 1], meta[:, 2], meta[:, 3], params, bad, stages,
-                        self._in_flight(), sizes)
+            yield Batch(images=images, labels=labels, planned=meta[:, Served.PLANNED], served=meta[:, Served.SERVED],
+                        positions=meta[:, Served.POSITION], epochs=meta[:, Served.EPOCH], params=params, bad=bad,
+                        stages=stages, in_flight=self._in_flight(), sizes=sizes)
 
     def _in_flight(self) -> int:
         """Batches the DataLoader's workers hold or have finished ahead of this one (0 without workers)."""

@@ -9,6 +9,8 @@ cross between them:
 - a :class:`Batch` per batch: the pixels and labels, which draw each sample is (planned and served
   sample, position, epoch), the per-operation parameters each draw was augmented with, exactly as
   the executor drew them (when the facade asked for them: ``return_meta``), and the bad draws.
+- the :class:`SampleSet` an executor runs on: the index, its reader, the augmentation spec and the
+  seed (what the user's ``ImageDataset`` carries; ``ImageDataset.samples`` gives it).
 - a :class:`BadDraw` per draw whose file failed its checks under ``on_error="raise"``: the fields of
   :class:`~dali_backend.errors.BadImageError`, carried from the process that read the file.
 
@@ -31,6 +33,10 @@ from ..errors import BadImageError, ExecutorFailed
 if TYPE_CHECKING:
     import torch
 
+    from ..core.augment import AugmentSpec
+    from ..core.reading import SampleReader
+    from ..index import SampleIndex
+
 
 class Kind(IntEnum):
     """What a planned row is: a real draw, or padding (fills the last partial batch on DALI; thrown away)."""
@@ -51,6 +57,16 @@ class Plan(IntEnum):
 PLAN_WIDTH = len(Plan)
 
 
+class Served(IntEnum):
+    """The columns of a served sample's row, as an executor's workers return it (the :class:`Batch`
+    fields ``planned``, ``served``, ``positions`` and ``epochs``, in this order)."""
+
+    PLANNED = 0
+    SERVED = 1
+    POSITION = 2
+    EPOCH = 3
+
+
 def planned_rows(draws: np.ndarray) -> np.ndarray:
     """``[n, 3]`` (index, epoch, position) draws as planned rows of kind :attr:`Kind.DRAW`."""
     draws = np.asarray(draws, dtype=np.int64).reshape(-1, 3)
@@ -62,6 +78,21 @@ def padding_rows(n: int) -> np.ndarray:
     rows = np.zeros((n, PLAN_WIDTH), dtype=np.int64)
     rows[:, Plan.KIND] = Kind.PAD
     return rows
+
+
+@dataclass(frozen=True, kw_only=True)
+class SampleSet:
+    """What an executor runs on: the samples (``index``), how each is read (``reader``: checks,
+    ``on_error`` replacements, caches), the augmentation (``spec``) and its seed.
+
+    The contract's record of a data set, so that no executor depends on another one's class: the
+    user's :class:`~fallback.dataset.ImageDataset` builds one (``dataset.samples``), the DALI executor
+    runs on it, and the torch executor runs on the dataset that holds it."""
+
+    index: SampleIndex
+    reader: SampleReader
+    spec: AugmentSpec
+    seed: int
 
 
 Params = list  # one draw's parameters: one dict per operation of ``spec.transforms``, in order
@@ -112,9 +143,12 @@ class BadDraw:
         return cls(f["path"], f["index"], f["label"], f["epoch"], f["reason"])
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Batch:
     """What an executor yields per batch (only draws of kind :attr:`Kind.DRAW`; padding removed).
+
+    Built by keyword only (``Batch(images=..., labels=..., planned=...)``): its fields are named once,
+    here, for both executors and the facade.
 
     Attributes:
         images: uint8 ``[B, C, H, W]`` (C = 1 in gray mode), augmented, not yet normalised; on the

@@ -7,7 +7,7 @@ import logging
 
 import numpy as np
 
-from ..core.boundary import Kind
+from ..core.boundary import Kind, SampleSet
 from ..errors import BadImageError, ExecutorFailed, LoaderWorkerError
 from ..util.procstats import dali_operator_cpu_seconds
 from ..core.reading import ClipTable
@@ -28,11 +28,11 @@ class _DaliExecutor:
     then applies to it), and the facade resumes at the batch that failed.
     """
 
-    def __init__(self, dataset, on_error: str, runner_args: tuple, clips: ClipTable | None = None):
-        self.dataset, self.on_error, self._runner_args = dataset, on_error, runner_args
+    def __init__(self, samples: SampleSet, on_error: str, runner_args: dict, clips: ClipTable | None = None):
+        self.samples, self.on_error, self._runner_args = samples, on_error, runner_args
         self.clips = clips if on_error == "skip" else None  # clips: whole clips are replaced under skip
         self._clip_replays: dict[tuple, int] = {}  # (frame, epoch): batches run again for it
-        self.runner: _DaliRunner | None = _DaliRunner(*runner_args)
+        self.runner: _DaliRunner | None = _DaliRunner(samples, **runner_args)
         self.device = self.runner.device
 
     def run(self, rows: np.ndarray, key, plan_next):
@@ -71,7 +71,7 @@ class _DaliExecutor:
                 log.info("DaliLoader: starting a new DALI pipeline (the previous one failed: %s)",
                          str(runner.broken).splitlines()[0] if str(runner.broken) else type(runner.broken).__name__)
                 runner.close()
-            self.runner = runner = _DaliRunner(*self._runner_args)
+            self.runner = runner = _DaliRunner(self.samples, **self._runner_args)
         return runner
 
     def _refuse_files_dali_failed_on(self, failure: ExecutorFailed) -> None:
@@ -84,7 +84,7 @@ class _DaliExecutor:
         """
         import cv2
 
-        reader, text = self.dataset.reader, str(failure.error)
+        reader, text = self.samples.reader, str(failure.error)
         what = parse_dali_failure(text)
         if not what.from_decoder:  # a reader callback raised, another operator failed: DALI's own error
             raise LoaderWorkerError(f"DALI's pipeline failed: {text.strip()[:3000]}; the next pass starts a new "
@@ -95,7 +95,7 @@ class _DaliExecutor:
         ordered = [rows]
         if k is not None and self.clips is None:  # the sample DALI named in each batch first (a clip: all)
             ordered.insert(0, np.concatenate([b[k:k + 1] for b in failure.in_flight]))
-        flag = cv2.IMREAD_GRAYSCALE if self.dataset.spec.color == "gray" else cv2.IMREAD_COLOR
+        flag = cv2.IMREAD_GRAYSCALE if self.samples.spec.color == "gray" else cv2.IMREAD_COLOR
         detail = what.reason
         for candidates in ordered:
             refused = []
@@ -115,7 +115,7 @@ class _DaliExecutor:
         """``(served index, checked bytes)`` of each draw of ``rows`` (slot rows) as the reader workers
         served it: by the single-sample rule, or for clips under ``on_error="skip"`` by the clip rule
         (``rows`` then hold whole clips: every frame of the clip, or of the clip replacing it)."""
-        reader = self.dataset.reader
+        reader = self.samples.reader
         if self.clips is None:
             for _, index, epoch, position, kind in rows.tolist():
                 if kind != Kind.DRAW:

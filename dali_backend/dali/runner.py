@@ -27,7 +27,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from ..core.boundary import Batch, Kind, padding_rows
+from ..core.boundary import Batch, Kind, SampleSet, padding_rows
 from ..errors import BadImageError, ExecutorFailed, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError
 from ..util.memory import BATCHES_PER_TRIM, EveryNth
 from ..core.reading import SERVED_BAD
@@ -219,29 +219,29 @@ class _DaliRunner:
     interruption at an unknown point); the loader then builds a new runner for the next batch or pass.
     """
 
-    def __init__(self, dataset, batch_size: int, backend: str, device_id: int | None, num_workers: int,
+    def __init__(self, samples: SampleSet, batch_size: int, gpu: bool, device_id: int | None, num_workers: int,
                  prefetch_queue_depth: int, hw_decoder_load: float, py_start_method: str | None, on_error: str,
                  timeout: float = 0.0, worker_init_fn=None, with_params: bool = False, clips=None):
         from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
         from . import graph
 
-        self.dataset, self.batch_size = dataset, batch_size
-        self.backend, self.on_error, self.timeout, self.with_params = backend, on_error, timeout, with_params
-        self.gpu = gpu = backend == "dali-gpu"
+        self.samples, self.batch_size = samples, batch_size
+        self.on_error, self.timeout, self.with_params = on_error, timeout, with_params
+        self.gpu = gpu
         self.lookahead = prefetch_queue_depth + 4  # batches written ahead of consumption
         self.pipe = self.iterator = self._caller = self.ring = self._handoff = None
         self.broken: BaseException | None = None
         self.closed = False
         self._pid = os.getpid()
         py_start_method = choose_start_method(py_start_method)  # may refuse: before any shared memory exists
-        index = dataset.index
+        index = samples.index
         longest = len(os.fsencode(index.root)) + 1 + int(np.diff(index.paths.offsets).max(initial=0))
         # clips under skip: the first reader of a clip chooses its replacement for all (SlotRing.decide)
         self.clip_len = clips.clip_len if clips is not None and on_error == "skip" else None
-        self.ring = SlotRing(4 * self.lookahead * batch_size, note_bytes(dataset.spec, longest, with_params))
+        self.ring = SlotRing(4 * self.lookahead * batch_size, note_bytes(samples.spec, longest, with_params))
         # the dataset's reader: shares its cache
-        source = DrawSource(dataset.reader, dataset.spec, on_error, self.ring, with_params, clips)
+        source = DrawSource(samples.reader, samples.spec, on_error, self.ring, with_params, clips)
         # torchrun starts one process per GPU on a node: share the node's cores between them
         threads = num_workers if num_workers > 0 else max(1, len(os.sched_getaffinity(0)) // local_ranks()[1])
         # Python workers only read files (checked bytes); DALI's threads decode. One reader kept up
@@ -250,11 +250,11 @@ class _DaliRunner:
         if worker_init_fn is not None:
             source = WorkerInit(source, worker_init_fn, readers)
         try:
-            self.pipe = graph.build_pipeline(dataset.spec, source, batch_size, device="gpu" if gpu else "cpu",
+            self.pipe = graph.build_pipeline(samples.spec, source, batch_size, device="gpu" if gpu else "cpu",
                                                 device_id=device_id, num_threads=threads, py_num_workers=readers,
                                                 py_start_method=py_start_method,
                                                 prefetch_queue_depth=prefetch_queue_depth,
-                                                hw_decoder_load=hw_decoder_load, seed=dataset.seed)
+                                                hw_decoder_load=hw_decoder_load, seed=samples.seed)
             with starting_workers():
                 self.pipe.build()
         except BaseException:
@@ -262,7 +262,7 @@ class _DaliRunner:
             raise
         pool = getattr(self.pipe, "_py_pool", None)
         self._worker_pids = list(pool.pids()) if pool is not None and hasattr(pool, "pids") else []
-        outputs = ["images", "labels", "slots"] + (["sizes"] if dataset.spec.pad_batch is not None else [])
+        outputs = ["images", "labels", "slots"] + (["sizes"] if samples.spec.pad_batch is not None else [])
         self.iterator = DALIGenericIterator([self.pipe], outputs, auto_reset=False,
                                             prepare_first_batch=False)
         self.device = torch.device("cuda", device_id) if gpu else torch.device("cpu")
@@ -429,7 +429,7 @@ class _DaliRunner:
             images = images.index_select(0, to_device(rows_kept, images.device))
             labels = labels.index_select(0, to_device(rows_kept, labels.device))
         good = served != SERVED_BAD
-        want = self.dataset.index.labels[served[good]]
+        want = self.samples.index.labels[served[good]]
         if not np.array_equal(labels.cpu().numpy()[good], want):
             raise RuntimeError("labels from DALI do not match the index; this is a bug in dali_backend, please report it")
         bad = tuple(self._bad_draw(int(slot)) for slot in rows[~good, Col.SLOT])
@@ -444,21 +444,22 @@ class _DaliRunner:
         if self.with_params:
             params = [read_params(self.ring, int(r[Col.SLOT])) if ok else None for r, ok in zip(rows, good)]
         # pinned and non-blocking on the consumer's stream: a pageable copy would wait for the training step
-        labels = to_device(np.where(good, self.dataset.index.labels[np.maximum(served, 0)], -1), self.device)
+        labels = to_device(np.where(good, self.samples.index.labels[np.maximum(served, 0)], -1), self.device)
         sizes = None
         if "sizes" in out:  # variable-size outputs: DALI padded to the largest of the batch, padding rows included
             sizes = out["sizes"].cpu().numpy().reshape(len(expected), -1)[keep, :2].astype(np.int64)
-            m = self.dataset.spec.pad_batch
+            m = self.samples.spec.pad_batch
             h, w = (-(-sizes[good].max(axis=0, initial=1) // m) * m).tolist() if good.any() else (m, m)
             images = images[:, :, :h, :w]
-        return Batch(images, labels, rows[:, Col.INDEX], served, rows[:, Col.POSITION], rows[:, Col.EPOCH], params, bad,
-                     {"read": read_s}, len(self._queue), sizes)
+        return Batch(images=images, labels=labels, planned=rows[:, Col.INDEX], served=served,
+                     positions=rows[:, Col.POSITION], epochs=rows[:, Col.EPOCH], params=params, bad=bad,
+                     stages={"read": read_s}, in_flight=len(self._queue), sizes=sizes)
 
     def _bad_draw(self, slot: int):
         """The bad draw a reader worker met in ``slot`` (its note; the path from the index if it did not fit)."""
         bad = read_bad_draw(self.ring, slot)
         if not bad.path:
-            bad = dataclasses.replace(bad, path=self.dataset.reader.path(bad.index))
+            bad = dataclasses.replace(bad, path=self.samples.reader.path(bad.index))
         return bad
 
     def close(self) -> None:

@@ -12,46 +12,54 @@ import numpy as np
 
 from ..dali.devices import _dali_importable, _local_device_id, cuda_device_count
 from ..errors import ConfigError, FallbackWarning
+from .executors import REGISTRY, Engine, executor_kind
 
 log = logging.getLogger("dali_backend")
-Backend = Literal["auto", "dali", "torch"]
+Backend = Literal["auto", "dali", "torch"] | str  # or the name of a registered executor (facade.executors)
+TORCH, DALI_CPU, DALI_GPU = Engine.TORCH.value, Engine.DALI_CPU.value, Engine.DALI_GPU.value
 
 
 def choose_backend(device: str, backend: Backend) -> tuple[str, int | None, str]:
-    """``(backend name, device id, reason)`` for the requested device and backend."""
-    if backend not in ("auto", "dali", "torch"):
-        raise ConfigError(f"backend={backend!r}; use 'auto', 'dali' or 'torch'")
+    """``(backend name, device id, reason)`` for the requested device and backend (``"auto"``,
+    ``"dali"``, or a registered executor's name: :mod:`dali_backend.facade.executors`)."""
+    if backend not in ("auto", "dali") and backend not in REGISTRY:
+        raise ConfigError(f"backend={backend!r}; use 'auto', 'dali' or a registered executor: {sorted(REGISTRY)}")
+    if backend not in ("auto", "dali", TORCH) and not executor_kind(backend).dali:
+        why_not = executor_kind(backend).unavailable()
+        if why_not:
+            raise ConfigError(f"backend={backend!r} cannot run here: {why_not}")
+        return backend, None, f"backend={backend!r} was requested"
     dev = str(device)
     ordinal = dev.split(":", 1)[1] if dev.startswith("cuda:") else None
     if (dev not in ("auto", "cpu", "cuda", "gpu") and ordinal is None) or (ordinal is not None and not ordinal.isdigit()):
         raise ConfigError(f"device={device!r}; use 'auto', 'cpu', 'cuda' (or 'gpu') or 'cuda:N' with N a GPU number")
     explicit_id = int(ordinal) if ordinal is not None else None
-    if backend == "torch":
-        return "torch", None, "backend='torch' was requested"
+    if backend == TORCH:
+        return TORCH, None, "backend='torch' was requested"
     cuda = cuda_device_count() > 0
     if dev not in ("auto", "cpu") and not cuda:
         raise ConfigError(f"device={device!r} but CUDA is not available; pass device='auto' to fall back to the CPU")
     if dev == "cpu" and backend == "auto":
-        return "torch", None, "device='cpu' (pass backend='dali' for DALI's CPU graph)"
+        return TORCH, None, "device='cpu' (pass backend='dali' for DALI's CPU graph)"
     why_not_dali = _dali_importable()
     if why_not_dali:
         if backend == "dali":
             from ..dali.graph import import_dali
 
             import_dali()  # raises MissingDependencyError with the install command
-        return "torch", None, why_not_dali
+        return TORCH, None, why_not_dali
     if dev == "cpu":
-        return "dali-cpu", None, "device='cpu', backend='dali' was requested"
+        return DALI_CPU, None, "device='cpu', backend='dali' was requested"
     if dev == "auto":
         if cuda:
-            return "dali-gpu", _local_device_id(), "CUDA is available and DALI imports"
+            return DALI_GPU, _local_device_id(), "CUDA is available and DALI imports"
         if backend == "dali":
-            return "dali-cpu", None, "backend='dali' was requested and CUDA is not available"
-        return "torch", None, "CUDA is not available"
+            return DALI_CPU, None, "backend='dali' was requested and CUDA is not available"
+        return TORCH, None, "CUDA is not available"
     if explicit_id is not None and explicit_id >= cuda_device_count():
         raise ConfigError(f"device={device!r} but this process sees {cuda_device_count()} GPU(s); use cuda:0 .. "
                           f"cuda:{cuda_device_count() - 1} (CUDA_VISIBLE_DEVICES renumbers them)")
-    return "dali-gpu", explicit_id if explicit_id is not None else _local_device_id(), f"device={device!r} was requested"
+    return DALI_GPU, explicit_id if explicit_id is not None else _local_device_id(), f"device={device!r} was requested"
 
 
 _ANNOUNCED: set = set()  # fallbacks already announced in this process
@@ -64,10 +72,10 @@ def announce_backend(device: str, backend: str, chosen: str, reason: str) -> Non
     has only a ``NullHandler`` until the application configures logging, so a plain script would show
     no log line), and logged at INFO; a choice that went as asked is an INFO line
     (``logging.basicConfig(level=logging.INFO)`` shows those)."""
-    if str(device) != "cpu" and backend != "torch" and chosen != "dali-gpu":
+    if str(device) != "cpu" and backend in ("auto", "dali") and not executor_kind(chosen).gpu:
         if (chosen, reason) not in _ANNOUNCED:
             _ANNOUNCED.add((chosen, reason))
-            how = "backend='dali', device='cpu'" if chosen == "dali-cpu" else "backend='torch'"
+            how = "backend='dali', device='cpu'" if executor_kind(chosen).dali else f"backend={chosen!r}"
             text = (f"DaliLoader: not on the GPU: running {chosen} because {reason}; pass {how} to choose it "
                     "explicitly (and silence this line)")
             if str(device) != "auto":
@@ -146,14 +154,15 @@ def _check_numbers(*, batch_size, num_workers, prefetch_factor, prefetch_queue_d
         raise ConfigError(f"DaliLoader: timeout={timeout!r}; must be a non-negative number of seconds (0: none)")
 
 
-# argument: (its default, backends on which it means nothing (a predicate of backend and num_workers), why)
+# argument: (its default, executors on which it means nothing (a predicate of the executor's kind and
+# num_workers), why)
 _UNUSED = {
-    "pin_memory": (False, lambda b, w: b != "torch", "DALI batches come from DALI's own pinned or device memory"),
-    "pin_memory_device": ("", lambda b, w: b != "torch", "DALI places batches itself"),
-    "hw_decoder_load": (0.65, lambda b, w: b != "dali-gpu", "only the GPU has a hardware JPEG decoder"),
-    "prefetch_queue_depth": (2, lambda b, w: b == "torch", "use prefetch_factor="),
-    "prefetch_factor": (None, lambda b, w: b == "torch" and w == 0, "without worker processes batches are made on demand"),
-    "py_start_method": (None, lambda b, w: b == "torch", "it starts DALI's reader workers"),
+    "pin_memory": (False, lambda k, w: k.dali, "DALI batches come from DALI's own pinned or device memory"),
+    "pin_memory_device": ("", lambda k, w: k.dali, "DALI places batches itself"),
+    "hw_decoder_load": (0.65, lambda k, w: not k.gpu, "only the GPU has a hardware JPEG decoder"),
+    "prefetch_queue_depth": (2, lambda k, w: not k.dali, "use prefetch_factor="),
+    "prefetch_factor": (None, lambda k, w: not k.dali and w == 0, "without worker processes batches are made on demand"),
+    "py_start_method": (None, lambda k, w: not k.dali, "it starts DALI's reader workers"),
     "in_order": (True, lambda b, w: True, "batches always come in order"),
 }
 
@@ -164,9 +173,9 @@ def _warn_unused(backend: str, num_workers: int, **given) -> None:
     context = given.pop("multiprocessing_context")
     for name, value in given.items():
         default, unused, why = _UNUSED[name]
-        if unused(backend, num_workers) and value != default:
+        if unused(executor_kind(backend), num_workers) and value != default:
             warnings.warn(f"DaliLoader: {name}={value!r} has no effect on the {backend} backend ({why})",
                           UserWarning, stacklevel=3)
-    if backend != "torch" and context not in (None, "fork", "spawn"):
+    if executor_kind(backend).dali and context not in (None, "fork", "spawn"):
         warnings.warn(f"DaliLoader: multiprocessing_context={context!r} has no effect on the {backend} backend "
                       "(DALI starts its reader workers with fork or spawn)", UserWarning, stacklevel=3)

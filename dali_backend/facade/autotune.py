@@ -45,7 +45,9 @@ def usable_cores() -> int:
 
 def candidates(backend: str, cores: int) -> list[int]:
     """Settings to try, smallest first: worker processes (torch, 0 = in the training process) or DALI threads."""
-    out, n = ([0] if backend == "torch" else []), 1
+    from .executors import executor_kind
+
+    out, n = ([0] if executor_kind(backend).worker_processes else []), 1
     while n <= cores:
         out.append(n)
         n *= 2

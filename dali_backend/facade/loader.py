@@ -29,8 +29,7 @@ from . import accelerate_state
 from .arguments import Backend, _check_grouping, _check_numbers, _refuse_arguments, _warn_unused, announce_backend, choose_backend
 from ..core.boundary import Batch, Executor, planned_rows
 from ..sampling.clips import ClipSampler
-from ..dali.executor import _DaliExecutor
-from ..dali.runner import _DaliRunner
+from .executors import ExecutorSettings, executor_kind
 from .changes import DataChangesMixin
 from .clipbatches import ClipBatchesMixin, _check_clips, _sizes, clip_rows
 from .epochs import EpochLoaderMixin
@@ -180,7 +179,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
                                                        backend=backend, prefetch_factor=prefetch_factor,
                                                        hw_decoder_load=hw_decoder_load, py_start_method=py_start_method,
                                                        on_error=on_error, timeout=timeout)
-        dali = self.backend != "torch"
+        kind = executor_kind(self.backend)  # the one place the executor is chosen (facade.executors)
         context = multiprocessing_context
         context_method = context if isinstance(context, str) or context is None else context.get_start_method()
         _warn_unused(self.backend, num_workers, pin_memory=pin_memory, pin_memory_device=pin_memory_device,
@@ -202,38 +201,27 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
             persistent_workers = num_workers > 0
         # DataLoader attributes that training frameworks read
         self.collate_fn, self.worker_init_fn, self.generator = None, worker_init_fn, generator
-        self.prefetch_factor, self.persistent_workers = prefetch_factor, bool(persistent_workers) or dali
+        self.prefetch_factor, self.persistent_workers = prefetch_factor, bool(persistent_workers) or kind.dali
         self.multiprocessing_context, self.pin_memory_device, self.in_order = context, pin_memory_device, True
         self._closed = False
         self._pass = 0  # passes started; an iterator of an older pass is stale
         self._epoch_chosen = False  # set_epoch/load_state_dict since the last pass began
         self._last_pass_epoch: tuple | None = None  # (epoch, the sampler's set_epoch count) of the last pass
         self._executor: Executor
-        # the executor factory reads the loader through a weak proxy: a closure over `self` would make a
-        # cycle, and a loader dropped without close() would keep its workers until the garbage collector
-        # runs (maybe inside a worker forked by a later loader, which then tries to stop them)
-        owner = weakref.proxy(self)
-        if not dali:
-            from .._own import own
-
-            def make_executor(ds) -> Executor:
-                return own("fallback.executor").TorchExecutor(
-                    ds, frames_per_batch, owner.on_error, num_workers=owner.num_workers, pin_memory=pin_memory,
-                    timeout=timeout, worker_init_fn=worker_init_fn, prefetch_factor=prefetch_factor,
-                    persistent_workers=persistent_workers, multiprocessing_context=context,
-                    pin_memory_device=pin_memory_device, with_params=owner.return_meta, timed=bool(telemetry),
-                    clips=owner._clip_table)
-        else:
+        if kind.dali:
             if py_start_method is None and context_method in ("fork", "spawn"):
                 py_start_method = context_method
             if prefetch_factor is not None and prefetch_queue_depth == 2:
                 prefetch_queue_depth = prefetch_factor
+        settings = ExecutorSettings(
+            name=self.backend, frames_per_batch=frames_per_batch, on_error=self.on_error, num_workers=self.num_workers,
+            device_id=device_id, timeout=timeout, worker_init_fn=worker_init_fn, with_params=self.return_meta,
+            timed=bool(telemetry), clips=self._clip_table, pin_memory=pin_memory, pin_memory_device=pin_memory_device,
+            prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, multiprocessing_context=context,
+            prefetch_queue_depth=prefetch_queue_depth, hw_decoder_load=hw_decoder_load, py_start_method=py_start_method)
 
-            def make_executor(ds) -> Executor:
-                return _DaliExecutor(ds, owner.on_error, (
-                    ds, frames_per_batch, owner.backend, device_id, owner.num_workers, prefetch_queue_depth,
-                    hw_decoder_load, py_start_method, owner.on_error, float(timeout), worker_init_fn, owner.return_meta,
-                    owner._clip_table), owner._clip_table)
+        def make_executor(ds) -> Executor:
+            return kind.build(ds, settings)
         self._make_executor = make_executor  # again when a data change moves to another index (update_index)
         self._datasets = {dataset.index.fingerprint: dataset}  # the running index's dataset (changes.py: only it)
         self._epoch_planned = False  # a pass of the selected epoch was planned (its data can no longer change)
@@ -408,7 +396,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         return self._executor.run(rows, key, plan_next)
 
     @property
-    def _runner(self) -> _DaliRunner | None:
+    def _runner(self):
         """The DALI executor's current runner (None on the torch backend)."""
         return getattr(self._executor, "runner", None)
 

@@ -119,7 +119,7 @@ def runner_batch(runner, n: int, padded: int):
     expected[n - padded:, 4] = Kind.PAD
     returned = np.stack([np.arange(n), np.zeros(n, np.int64)], axis=1)
     out = {"images": torch.empty(n, 3, 8, 8, dtype=torch.uint8, device=runner.device),
-           "labels": torch.from_numpy(runner.dataset.index.labels[:n].copy()).view(n, 1)}  # a CPU output of DALI
+           "labels": torch.from_numpy(runner.samples.index.labels[:n].copy()).view(n, 1)}  # a CPU output of DALI
     return runner._batch(expected, out, returned)
 
 
