@@ -24,7 +24,6 @@ import warnings
 
 import numpy as np
 
-from ..sampling.sampler import WeightedSampler
 
 UNKNOWN = -1  # Accelerate's remainder for "no length": gather_for_metrics then keeps every row
 
@@ -49,15 +48,14 @@ def processes() -> int:
 def gathered_real(sampler, epoch: int, offset: int, batch_size: int, drop_last: bool) -> int | None:
     """Real rows of the last batch gathered from every rank (their last batches in rank order), when the
     padding is its tail: 0 when there is no padding (nothing to cut); None when a prefix cut cannot drop
-    it (padding inside the batch) or the sampler is not a :class:`WeightedSampler` (its padding unknown).
+    it (padding inside the batch).
 
     Args:
-        sampler: the loader's sampler (rank and world size from it).
+        sampler: the loader's :class:`~dali_backend.sampling.sampler.WeightedSampler` (rank and world size
+            from it; another sampler's padding is unknown: the loader's plan says which it is).
         epoch: the pass's epoch; offset: its first global position (elastic resumption; 0 otherwise).
         batch_size: draws per batch; drop_last: the loader's (a partial last batch is dropped).
     """
-    if not isinstance(sampler, WeightedSampler):
-        return None
     total = sampler.num_samples_at(epoch)
     last = []
     for rank in range(sampler.world_size):
@@ -82,11 +80,12 @@ def begin(loader, epoch: int, offset: int) -> object | None:
     state = gradient_state()
     if state is None:
         return None
-    real = gathered_real(loader.sampler, epoch, offset, loader.batch_size, loader.drop_last)
+    weighted = loader._plan.weighted  # only a WeightedSampler's padding is known
+    real = gathered_real(loader.sampler, epoch, offset, loader.batch_size, loader.drop_last) if weighted else None
     loader.end_of_dataloader, loader.remainder = False, UNKNOWN if real is None else real
     # said only where Accelerate gathers over the sampler's ranks (an Accelerator left in a process that
     # now runs a loader of another world size is not gathering this loader's batches)
-    if real is None and isinstance(loader.sampler, WeightedSampler) and \
+    if real is None and weighted and \
             loader.sampler.world_size == processes() > 1 and not loader._padding_warned:
         loader._padding_warned = True  # once per loader: a training loop never gathers for metrics
         warnings.warn(

@@ -112,27 +112,6 @@ def _refuse_arguments(dataset, sampler, shuffle: bool, batch_sampler, collate_fn
         raise ConfigError("DaliLoader: sampler and shuffle=True are mutually exclusive (as in DataLoader); drop one")
 
 
-def _check_grouping(dataset, sampler, batch_size: int) -> None:
-    """An :class:`~dali_backend.sampling.grouping.AspectGroupedSampler` fits this loader: its batch size, a spec
-    that pads variable-size batches (grouping only saves padding), the dataset's index."""
-    from ..sampling.grouping import AspectGroupedSampler
-
-    if not isinstance(sampler, AspectGroupedSampler):
-        return
-    if sampler.batch_size != batch_size:
-        raise ConfigError(f"DaliLoader: batch_size={batch_size} but the AspectGroupedSampler groups batches of "
-                          f"{sampler.batch_size}; its batches would straddle groups: build it with "
-                          f"AspectGroupedSampler(sampler, batch_size={batch_size})")
-    if dataset.spec.pad_batch is None:
-        raise ConfigError("DaliLoader: sampler=AspectGroupedSampler(...) with a spec of one output size: every "
-                          "batch has that size, so grouping by aspect ratio saves nothing and only reorders the "
-                          "draws; use AugmentSpec(ops=[Resize(n, max_size=m), ...], pad_batch=k) (variable-size "
-                          "batches), or pass the WeightedSampler inside (sampler.sampler)")
-    if sampler.schedule.generations[0].fingerprint != dataset.index.fingerprint:
-        raise ConfigError("DaliLoader: the AspectGroupedSampler was built on another index than the dataset's; its "
-                          "groups come from that index's image sizes: build both on the same SampleIndex")
-
-
 def _check_numbers(*, batch_size, num_workers, prefetch_factor, prefetch_queue_depth, hw_decoder_load,
                    timeout) -> None:
     """The numeric arguments: a ConfigError naming the argument, its value and what it must be."""

@@ -66,10 +66,7 @@ class DataChangesMixin:
         return start
 
     def _weighted_sampler(self, what: str) -> WeightedSampler:
-        if not isinstance(self.sampler, WeightedSampler):
-            raise ConfigError(f"{what}: needs a WeightedSampler (the loader's default sampler is one), not "
-                              f"{type(self.sampler).__name__}: data changes are part of its pure draw")
-        return self.sampler
+        return self._plan.changes(what)
 
     def _change_epoch(self, from_epoch, what: str) -> int:
         """The first epoch a data change applies to: ``from_epoch``, or the one after the selected epoch;
@@ -95,7 +92,8 @@ class DataChangesMixin:
         kept: the one left gives its RAM cache (``cache=True``) back before the new one fills its own, so
         the shared memory holds about one copy of the data however many updates there were; an epoch
         that draws from an older index again gets a dataset rebuilt over it."""
-        if not isinstance(self.sampler, WeightedSampler) or len(self.sampler.schedule.generations) == 1:
+        schedule = self._plan.schedule()
+        if schedule is None or len(schedule.generations) == 1:
             return
         index = self.sampler.index_at(epoch)
         if index.fingerprint == self.dataset.index.fingerprint:
@@ -108,7 +106,7 @@ class DataChangesMixin:
         ds = old.with_index(index)
         self._datasets = {index.fingerprint: ds}
         ds.set_epoch(epoch)
-        self.dataset = ds
+        self.dataset = self._plan.dataset = ds
         self._executor = self._make_executor(ds)
         if self._telemetry is not None:
             self._telemetry.switch_executor(self._executor)

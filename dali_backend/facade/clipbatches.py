@@ -8,8 +8,7 @@ import numpy as np
 import torch
 
 from ..core.boundary import Batch
-from ..sampling.clips import ClipSampler
-from ..errors import BadImageError, ConfigError
+from ..errors import BadImageError
 from ..core.transfer import to_device
 
 
@@ -18,33 +17,9 @@ def _sizes(sizes: np.ndarray | None) -> tuple:
     return () if sizes is None else (torch.from_numpy(np.ascontiguousarray(sizes, dtype=np.int64)),)
 
 
-def _check_clips(dataset, sampler) -> int:
-    """Frames per draw: ``clip_len`` for a :class:`ClipSampler` over the dataset's index, else 1."""
-    if not isinstance(sampler, ClipSampler):
-        return 1
-    if sampler.index.fingerprint != dataset.index.fingerprint:
-        raise ConfigError("DaliLoader: the ClipSampler was built on another index than the dataset's; build both on "
-                          "the same SampleIndex (Sequences.from_index(dataset.index))")
-    return sampler.clip_len
-
-
-def clip_rows(sampler: ClipSampler, epoch: int, clips: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """``[n * T, 3]`` rows (sample index, epoch, position) of clip draws: each clip's frames in order,
-    each with the clip's epoch and position (so every frame gets the clip's augmentation parameters)."""
-    frames = sampler.frames(clips)
-    return np.stack([frames.reshape(-1), np.full(frames.size, epoch, np.int64),
-                     np.repeat(np.asarray(positions, np.int64), sampler.clip_len)], axis=1)
-
-
 class ClipBatchesMixin:
-    """Regrouping for a loader whose sampler is a :class:`ClipSampler` (``clip_len``, ``_pass_clips``)."""
-
-    def _clip_draws(self, epoch: int, n: int) -> np.ndarray | None:
-        """``[n, 2]`` (clip number, position) of this pass's clip draws (None without clips)."""
-        if not isinstance(self.sampler, ClipSampler):
-            return None
-        clips, positions = self.sampler.rank_draw(epoch, offset=self._pass_offset)
-        return np.stack([clips, positions], axis=1)[:n]
+    """Regrouping for a loader whose sampler is a :class:`~dali_backend.sampling.clips.ClipSampler`
+    (``clip_len``, ``_pass_clips``)."""
 
     def _clip_output(self, batch: Batch, images: torch.Tensor, per_draw) -> tuple:
         """One batch of ``B * T`` frames regrouped as ``[B, T, C, H, W]``, labelled by clip ``[B]``."""

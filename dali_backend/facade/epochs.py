@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..sampling.sampler import WeightedSampler, check_epoch
+from ..sampling.sampler import check_epoch
 
 log = logging.getLogger("dali_backend")
 STATE_VERSION = 2
@@ -48,7 +48,7 @@ STATE_KEYS = ("version", "epoch", "batches_done", "batches_per_epoch", "batch_si
 def sampler_identity(sampler, dataset, epoch: int | None = None) -> dict:
     """What must not change between saving and resuming: the draw and the augmentation seed (a
     :class:`WeightedSampler`'s length and draws per epoch are those of ``epoch``, default its own)."""
-    weighted = isinstance(sampler, WeightedSampler) and epoch is not None
+    weighted = epoch is not None  # the caller's plan says: a WeightedSampler's epoch
     ident = {"type": type(sampler).__name__, "len": sampler.rank_len(sampler.num_samples_at(epoch)) if weighted
              else len(sampler), "augment_seed": int(getattr(dataset, "seed", 0))}
     for name in ("seed", "mode", "num_samples", "replacement", "rank", "world_size", "drop_last", "clip_len", "step",
@@ -142,11 +142,7 @@ class EpochLoaderMixin:
         else:
             self._stats = EpochStats(epoch, draws, dropped=draws - used, resumed=min(start * self.batch_size, used))
         self._batches_done, self._progress_epoch, self._pass_offset = start, epoch, offset
-        from ..sampling.clips import ClipSampler
-
-        weighted = isinstance(self.sampler, WeightedSampler)
-        self._pass_num_samples = self.sampler.num_samples_at(epoch) if weighted else \
-            self.sampler.num_samples if isinstance(self.sampler, ClipSampler) else None
+        self._pass_num_samples = self._plan.num_samples(epoch)
         return start
 
     def _account(self, planned: np.ndarray, served: np.ndarray, positions: np.ndarray, names=None) -> None:
@@ -201,9 +197,7 @@ class EpochLoaderMixin:
     # ------------------------------------------------------------------ resumption
     def _index_at(self, epoch: int):
         """The index ``epoch`` draws from (a WeightedSampler's schedule; else the dataset's)."""
-        if isinstance(self.sampler, WeightedSampler):
-            return self.sampler.index_at(epoch)
-        return self.dataset.index
+        return self._plan.index_at(epoch)
 
     def _pass_batches(self, num_samples: int, offset: int, world_size: int, drop_last: bool) -> int:
         """Batches a rank's pass has from global position ``offset`` on, with ``world_size`` ranks."""
@@ -249,12 +243,12 @@ class EpochLoaderMixin:
                 digest = self._plan_digest[1]
         state = {"version": STATE_VERSION, "epoch": epoch, "batches_done": done, "batches_per_epoch": len(self),
                  "batch_size": self.batch_size, "index_fingerprint": self._index_at(epoch).fingerprint,
-                 "sampler": sampler_identity(self.sampler, self.dataset, epoch if isinstance(self.sampler, WeightedSampler) else None),
+                 "sampler": sampler_identity(self.sampler, self.dataset, self._plan.identity_epoch(epoch)),
                  "plan": digest}
-        if _partitioned(self.sampler):
+        if self._plan.partitioned:
             state["global"] = self._global_state(epoch, offset, done)
-        if isinstance(self.sampler, WeightedSampler):
-            state["data"] = self.sampler.schedule.state()
+        if self._plan.schedule() is not None:
+            state["data"] = self._plan.schedule().state()
         return state
 
     def _check_resumable(self, epoch: int, plan: np.ndarray) -> None:
@@ -299,18 +293,18 @@ class EpochLoaderMixin:
         epoch = state["epoch"]
         if not isinstance(epoch, (int, np.integer)) or isinstance(epoch, bool) or epoch < 0:
             raise ConfigError(f"load_state_dict: epoch={epoch!r}; must be a non-negative integer")
-        weighted = isinstance(self.sampler, WeightedSampler)
-        snap = self.sampler.schedule.snapshot() if weighted else None
+        schedule = self._plan.schedule()
+        snap = schedule.snapshot() if schedule is not None else None
         try:
-            if weighted and "data" in state:
-                self.sampler.schedule.load(state["data"], self._known_indexes())
-            self._load_checked(state, int(epoch), weighted)
+            if schedule is not None and "data" in state:
+                schedule.load(state["data"], self._known_indexes())
+            self._load_checked(state, int(epoch))
         except Exception:
             if snap is not None:
-                self.sampler.schedule.restore(snap)
+                schedule.restore(snap)
             raise
 
-    def _load_checked(self, state: dict, epoch: int, weighted: bool) -> None:
+    def _load_checked(self, state: dict, epoch: int) -> None:
         try:
             index = self._index_at(epoch)
         except ConfigError as e:
@@ -319,7 +313,7 @@ class EpochLoaderMixin:
             raise ConfigError("load_state_dict: the state was saved with another sample index (fingerprints differ); "
                               "resume with the same index file")
         glob = state.get("global")
-        if _partitioned(self.sampler) and isinstance(glob, dict) and (glob.get("offset") or glob.get("rank") != self.sampler.rank
+        if self._plan.partitioned and isinstance(glob, dict) and (glob.get("offset") or glob.get("rank") != self.sampler.rank
                                                     or glob.get("world_size") != self.sampler.world_size):
             return self._load_elastic(state, epoch, glob)
         if state["batch_size"] != self.batch_size or state["batches_per_epoch"] != self._len_at(epoch):
@@ -340,14 +334,13 @@ class EpochLoaderMixin:
 
     def _len_at(self, epoch: int) -> int:
         """``len(self)`` at ``epoch`` (a WeightedSampler's length follows the data schedule)."""
-        if not isinstance(self.sampler, WeightedSampler):
+        if not self._plan.weighted:
             return len(self)
         n = self.sampler.rank_len(self.sampler.num_samples_at(epoch))
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def _check_identity(self, state: dict, epoch: int, ignore: tuple[str, ...]) -> None:
-        weighted = isinstance(self.sampler, WeightedSampler)
-        mine = sampler_identity(self.sampler, self.dataset, epoch if weighted else None)
+        mine = sampler_identity(self.sampler, self.dataset, self._plan.identity_epoch(epoch))
         theirs = state["sampler"] if isinstance(state["sampler"], dict) else {}
         differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k) and k not in ignore)
         if differ:
@@ -399,11 +392,7 @@ class EpochLoaderMixin:
             if old_drop:
                 keep = len(idx) // self.batch_size * self.batch_size
                 idx, pos = idx[:keep], pos[:keep]
-            rows = np.stack([idx, np.full_like(idx, epoch), pos], axis=1)
-            if not isinstance(s, WeightedSampler):  # a ClipSampler: the plan holds each clip's frames
-                from .clipbatches import clip_rows
-
-                rows = clip_rows(s, epoch, idx, pos)
+            rows = self._plan.partition_rows(epoch, idx, pos)  # a ClipSampler's: each clip's frames
             if plan_digest(rows) != plan:
                 raise ConfigError(f"load_state_dict: this sampler plans another order for rank {rank} of {world} in "
                                   f"epoch {epoch} than the one the state was saved from (plan {plan[:8]}... now "
@@ -412,15 +401,6 @@ class EpochLoaderMixin:
         self.set_epoch(epoch)
         self._resume, self._elastic = None, (epoch, consumed)
         self._batches_done, self._progress_epoch, self._pass_offset = 0, epoch, consumed
-
-
-def _partitioned(sampler) -> bool:
-    """Whether ``sampler`` deals one global draw out over its ranks (a :class:`WeightedSampler`, or a
-    :class:`~dali_backend.sampling.clips.ClipSampler` over one): its state then resumes on any rank and number of
-    ranks (``global``)."""
-    from ..sampling.clips import ClipSampler
-
-    return isinstance(sampler, (WeightedSampler, ClipSampler))
 
 
 def plan_digest(plan: np.ndarray) -> str:

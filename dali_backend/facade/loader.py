@@ -26,16 +26,16 @@ import numpy as np
 import torch
 
 from . import accelerate_state
-from .arguments import Backend, _check_grouping, _check_numbers, _refuse_arguments, _warn_unused, announce_backend, choose_backend
-from ..core.boundary import Batch, Executor, planned_rows
-from ..sampling.clips import ClipSampler
+from .arguments import Backend, _check_numbers, _refuse_arguments, _warn_unused, announce_backend, choose_backend
+from ..core.boundary import Batch, Executor
 from .executors import ExecutorSettings, executor_kind
 from .changes import DataChangesMixin
-from .clipbatches import ClipBatchesMixin, _check_clips, _sizes, clip_rows
+from .clipbatches import ClipBatchesMixin, _sizes
 from .epochs import EpochLoaderMixin
 from ..errors import ConfigError, ExecutorFailed, LoaderClosedError, StaleIteratorError
 from ..core.reading import check_on_error
-from ..sampling.sampler import WeightedSampler, default_sampler, default_seed, plan_epoch
+from ..sampling.sampler import default_sampler, default_seed
+from .plans import make_plan
 from ..telemetry import LoaderTelemetry, TelemetryMixin
 from ..core.tensors import apply_batch_ops, batch_params, normalize, release_pooled_outputs
 
@@ -167,9 +167,10 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         _refuse_arguments(dataset, sampler, shuffle, batch_sampler, collate_fn, worker_init_fn, batch_transform)
         _check_numbers(batch_size=batch_size, num_workers=num_workers, prefetch_factor=prefetch_factor,
                        prefetch_queue_depth=prefetch_queue_depth, hw_decoder_load=hw_decoder_load, timeout=timeout)
-        _check_grouping(dataset, sampler, int(batch_size))
+        # the traversal, one object per sampler kind (facade.plans); checked before any worker starts
+        plan = make_plan(sampler, dataset, int(batch_size)) if sampler is not None else None
         # clips: each draw is clip_len frames, run as that many ordinary samples and regrouped here
-        self.clip_len = _check_clips(dataset, sampler)
+        self.clip_len = plan.clip_len if plan is not None else 1
         frames_per_batch = int(batch_size) * self.clip_len
         self.backend, device_id, reason = choose_backend(device, backend)
         announce_backend(device, backend, self.backend, reason)
@@ -193,10 +194,11 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         self.dataset, self.batch_size, self.num_workers = dataset, int(batch_size), int(num_workers)
         self.drop_last, self.pin_memory, self.timeout, self.epoch = bool(drop_last), pin_memory, timeout, 0
         self.sampler = sampler if sampler is not None else default_sampler(dataset.index, shuffle, seed)
+        self._plan = plan if plan is not None else make_plan(self.sampler, dataset, self.batch_size)
         self.on_error = check_on_error(on_error or dataset.on_error)
         self.return_meta, self.batch_transform = bool(return_meta), batch_transform
         # on_error="skip" with clips: the readers replace a clip with a bad frame by a whole clip of its class
-        self._clip_table = self.sampler.table() if isinstance(self.sampler, ClipSampler) else None
+        self._clip_table = self.sampler.table() if self._plan.clips else None
         if persistent_workers is None:
             persistent_workers = num_workers > 0
         # DataLoader attributes that training frameworks read
@@ -255,13 +257,9 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         """This rank's planned draws of ``epoch`` as ``[n, 4]`` (index, epoch, position, kind), cut by
         ``drop_last``; None (nothing can be planned ahead) when ``epoch`` draws from another index than
         the running executor's, or from one this loader was not given."""
-        if isinstance(self.sampler, WeightedSampler) and self.sampler.schedule.changed:
-            try:
-                if self.sampler.index_at(epoch).fingerprint != self.dataset.index.fingerprint:
-                    return None
-            except ConfigError:
-                return None
-        return self._cut(self._plan(epoch))
+        if self._plan.draws_elsewhere(epoch):
+            return None
+        return self._cut(self._plan.rows(epoch))
 
     @property
     def _frames_per_batch(self) -> int:
@@ -271,23 +269,6 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
     def _cut(self, rows: np.ndarray) -> np.ndarray:
         size = self._frames_per_batch
         return rows[:len(rows) // size * size] if self.drop_last else rows
-
-    def _plan(self, epoch: int, offset: int = 0) -> np.ndarray:
-        """This rank's draws of ``epoch`` (from global position ``offset`` on) as ``[n, 4]`` rows (before
-        ``drop_last``), checked.
-
-        A clip draw becomes ``clip_len`` rows, its frames in order, each with the clip's epoch and
-        position: the executors run them as ordinary samples, and every frame of the clip gets the
-        clip's augmentation parameters (they are a function of the position)."""
-        if isinstance(self.sampler, ClipSampler):
-            return planned_rows(clip_rows(self.sampler, epoch, *self.sampler.rank_draw(epoch, offset=offset)))
-        rows = plan_epoch(self.sampler, epoch, offset)
-        n = len(self.dataset.index)
-        if rows.size and (rows[:, 0].min() < 0 or rows[:, 0].max() >= n):
-            bad = int(rows[(rows[:, 0] < 0) | (rows[:, 0] >= n), 0][0])
-            raise IndexError(f"the sampler yielded sample index {bad}, outside [0, {n}) for the {n} samples of the "
-                             "dataset's index; build the sampler on this index")
-        return planned_rows(rows)
 
     @property
     def batch_sampler(self) -> None:
@@ -317,12 +298,12 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         epoch = self._begin_pass()
         self._use_dataset_of(epoch)
         offset = self._pending_offset(epoch)
-        full = self._plan(epoch, offset)
+        full = self._plan.rows(epoch, offset)
         self._epoch_planned = True
         self._begin_epoch(len(full) // self.clip_len)  # draws: clips when the sampler draws clips
         plan = self._cut(full)
         self._check_resumable(epoch, plan)
-        self._pass_clips = self._clip_draws(epoch, len(plan) // self.clip_len)
+        self._pass_clips = self._plan.clip_draws(epoch, self._pass_offset, len(plan) // self.clip_len)
         telemetry = self._telemetry
         if telemetry is not None:
             telemetry.begin_pass(asked)
@@ -369,7 +350,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         images = apply_batch_ops(normalize(batch.images, spec), spec, per_draw)
         if self._telemetry is not None:
             batch.stages["normalize"] = batch.stages.get("normalize", 0.0) + time.perf_counter() - t0
-        if isinstance(self.sampler, ClipSampler):
+        if self._plan.clips:
             return self._clip_output(batch, images, per_draw)
         labels = batch.labels
         if self.batch_transform is not None:
@@ -382,11 +363,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
         # the key names the plan so that batches DALI prepared ahead are used only for that very plan: the
         # sampler and its data schedule's version (a change since makes them stale); none after an elastic
         # resumption (a plan of its own)
-        key = None
-        if isinstance(self.sampler, WeightedSampler) and not self._pass_offset:
-            key = ((id(self.sampler), self.sampler.schedule.version), epoch, self._batches_done)
-        elif isinstance(self.sampler, ClipSampler) and not self._pass_offset:
-            key = (id(self.sampler), epoch, self._batches_done)
+        key = None if self._pass_offset else self._plan.prefetch_key(epoch, self._batches_done)
         planner = weakref.WeakMethod(self._rows)  # the DALI runner keeps it to plan ahead: no cycle through it
 
         def plan_next(epoch: int) -> np.ndarray | None:
