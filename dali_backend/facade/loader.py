@@ -36,7 +36,8 @@ from ..errors import ConfigError, ExecutorFailed, LoaderClosedError, StaleIterat
 from ..core.reading import check_on_error
 from ..sampling.sampler import default_sampler, default_seed
 from .plans import make_plan
-from ..telemetry import LoaderTelemetry, TelemetryMixin
+from .. import telemetry as _telemetry_api
+from ..telemetry import LoaderTelemetry
 from ..core.tensors import apply_batch_ops, batch_params, normalize, release_pooled_outputs
 
 log = logging.getLogger("dali_backend")
@@ -53,7 +54,7 @@ def _tune_workers(dataset, batch_size: int, chosen: str, **kwargs) -> tuple[int,
     return choose_workers(make_loader, dataset, batch_size, chosen)
 
 
-class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, TelemetryMixin):
+class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin):
     """Drop-in for ``DataLoader`` over an :class:`ImageDataset`, on DALI when it can.
 
     One facade over two executors: DALI's graph (GPU or CPU operators) or OpenCV in DataLoader
@@ -371,6 +372,30 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin, Telemetry
             return None if rows_of is None else rows_of(epoch)
 
         return self._executor.run(rows, key, plan_next)
+
+    # ------------------------------------------------------------------ telemetry (held: self._telemetry)
+    def metrics(self) -> dict:
+        """Live telemetry of this loader, JSON-able: is the training loop waiting for data
+        (``data_wait_fraction``), the throughput, and what each stage costs per image, with how it
+        was measured. Names, units and meanings: :data:`dali_backend.telemetry.METRICS`."""
+        return _telemetry_api.live(self._telemetry).snapshot()
+
+    def on_metrics(self, callback, every_s: float = 10.0) -> None:
+        """Call ``callback(loader.metrics())`` after a batch, at most every ``every_s`` seconds (an exporter:
+        TensorBoard, a logger, anything). A callback that raises is logged with its traceback and
+        removed: an exporter never ends a training run."""
+        _telemetry_api.check_hook(callback, every_s)
+        _telemetry_api.live(self._telemetry).every(every_s, callback)
+
+    def report(self, metrics: dict | None = None) -> str:
+        """What limits this loader's throughput, in plain words, with the numbers and what to change: the
+        training loop, storage, or the loader's CPU (which stage). Call it after some training batches;
+        ``metrics``: a :meth:`metrics` result to judge (default: now)."""
+        return _telemetry_api.report(self.metrics() if metrics is None else metrics)
+
+    def log_metrics(self, every_s: float = 30.0, level: int = logging.INFO) -> None:
+        """Log one line of the headline metrics (logger ``dali_backend.metrics``) at most every ``every_s`` s."""
+        self.on_metrics(_telemetry_api.log_line(level), every_s)
 
     @property
     def _runner(self):

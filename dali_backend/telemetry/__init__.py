@@ -308,41 +308,28 @@ def verdict(m: dict, cores: int | None = None) -> str:
     return "\n".join(lines)
 
 
-class TelemetryMixin:
-    """``metrics``, ``report``, ``on_metrics`` and ``log_metrics`` for a loader holding ``_telemetry``
-    (a :class:`LoaderTelemetry`, or None when made with ``telemetry=False``)."""
+def live(telemetry: LoaderTelemetry | None) -> LoaderTelemetry:
+    """The loader's telemetry, or a :class:`ConfigError` for a loader made with ``telemetry=False``."""
+    if telemetry is None:
+        raise ConfigError("this DaliLoader was made with telemetry=False; make it with telemetry=True (the "
+                          "default) for metrics(), report() and metrics hooks")
+    return telemetry
 
-    def metrics(self) -> dict:
-        """Live telemetry of this loader, JSON-able: is the training loop waiting for data
-        (``data_wait_fraction``), the throughput, and what each stage costs per image, with how it
-        was measured. Names, units and meanings: :data:`dali_backend.telemetry.METRICS`."""
-        return self._live_telemetry().snapshot()
 
-    def _live_telemetry(self) -> LoaderTelemetry:
-        if self._telemetry is None:
-            raise ConfigError("this DaliLoader was made with telemetry=False; make it with telemetry=True (the "
-                              "default) for metrics(), report() and metrics hooks")
-        return self._telemetry
+def check_hook(callback, every_s: float) -> None:
+    """Refuse (:class:`ConfigError`) a metrics hook that is not callable or an interval that is no number >= 0."""
+    if not (isinstance(every_s, (int, float)) and not isinstance(every_s, bool) and every_s >= 0):
+        raise ConfigError(f"every_s={every_s!r}; must be a number of seconds >= 0")
+    if not callable(callback):
+        raise ConfigError(f"callback={callback!r} is not callable; pass a function taking the metrics dict")
 
-    def on_metrics(self, callback, every_s: float = 10.0) -> None:
-        """Call ``callback(loader.metrics())`` after a batch, at most every ``every_s`` seconds (an exporter:
-        TensorBoard, a logger, anything). A callback that raises is logged with its traceback and
-        removed: an exporter never ends a training run."""
-        if not (isinstance(every_s, (int, float)) and not isinstance(every_s, bool) and every_s >= 0):
-            raise ConfigError(f"every_s={every_s!r}; must be a number of seconds >= 0")
-        if not callable(callback):
-            raise ConfigError(f"callback={callback!r} is not callable; pass a function taking the metrics dict")
-        self._live_telemetry().every(every_s, callback)
 
-    def report(self, metrics: dict | None = None) -> str:
-        """What limits this loader's throughput, in plain words, with the numbers and what to change: the
-        training loop, storage, or the loader's CPU (which stage). Call it after some training batches;
-        ``metrics``: a :meth:`metrics` result to judge (default: now)."""
-        import os
+def report(metrics: dict) -> str:
+    """:func:`verdict` of ``metrics`` for the cores this process may use."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return verdict(metrics, cores)
 
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-        return verdict(self.metrics() if metrics is None else metrics, cores)
 
-    def log_metrics(self, every_s: float = 30.0, level: int = logging.INFO) -> None:
-        """Log one line of the headline metrics (logger ``dali_backend.metrics``) at most every ``every_s`` s."""
-        self.on_metrics(lambda m: logging.getLogger("dali_backend.metrics").log(level, "%s", format_line(m)), every_s)
+def log_line(level: int) -> Callable[[dict], None]:
+    """A metrics hook logging one line of the headline metrics (logger ``dali_backend.metrics``) at ``level``."""
+    return lambda m: logging.getLogger("dali_backend.metrics").log(level, "%s", format_line(m))

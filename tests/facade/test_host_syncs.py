@@ -105,7 +105,7 @@ def runner_on(device: torch.device, labels: np.ndarray):
 
     runner = object.__new__(_DaliRunner)
     index = SimpleNamespace(labels=labels)
-    runner.__dict__.update(dataset=SimpleNamespace(index=index, spec=SimpleNamespace(pad_batch=None)),
+    runner.__dict__.update(samples=SimpleNamespace(index=index, spec=SimpleNamespace(pad_batch=None)),
                            with_params=False, clip_len=None, device=device, _queue=deque())
     return runner
 

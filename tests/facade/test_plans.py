@@ -79,3 +79,16 @@ def test_the_facade_examines_the_samplers_type_in_the_plan_factory_only():
         if hits:
             found[path.name] = len(hits)
     assert found == {"plans.py": 3}, found
+
+
+def test_the_loaders_telemetry_is_a_held_object_not_a_mixin():
+    from dali_backend import DaliLoader
+    from dali_backend.telemetry import LoaderTelemetry, check_hook, live
+
+    assert not [c.__name__ for c in DaliLoader.__mro__ if c.__name__ == "TelemetryMixin"]
+    held = LoaderTelemetry("torch", None)  # built without a loader
+    assert live(held) is held
+    with pytest.raises(ConfigError, match="telemetry=False"):
+        live(None)
+    with pytest.raises(ConfigError, match="every_s"):
+        check_hook(print, -1)
