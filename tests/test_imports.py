@@ -124,7 +124,7 @@ def test_the_old_module_paths_are_the_new_modules():
             "    assert importlib.import_module(old) is importlib.import_module(new), old\n"
             "    assert sys.modules[old].__spec__.name == new, old\n"
             "import dali_backend.sampler, dali_backend.exporters\n"
-            "from dali_backend.epochs import EpochLoaderMixin\n"
+            "from dali_backend.epochs import Passes, sampler_identity\n"
             "from dali_backend import sampler, grouping, clips, sequences, synthetic, labelling, amplification, augment\n"
             "assert dali_backend.sampler is sys.modules['dali_backend.sampling.sampler']\n"
             "print(len(dali_backend.ALIASES), heavy)")

@@ -71,14 +71,11 @@ class DataChangesMixin:
     def _change_epoch(self, from_epoch, what: str) -> int:
         """The first epoch a data change applies to: ``from_epoch``, or the one after the selected epoch;
         never an epoch a pass has begun (its draws are planned, maybe partly yielded)."""
-        current = self._sampler_epoch()
+        current = self._passes.sampler_epoch()
         if from_epoch is None:
             return current + 1
         start = check_epoch(from_epoch)
-        begun = self._epoch_planned or (self._progress_epoch == current and self._batches_done > 0) or \
-            (self._resume is not None and self._resume[0] == current and self._resume[1] > 0) or \
-            self._pending_offset(current) > 0
-        if start < current or (start == current and begun):
+        if start < current or (start == current and self._passes.begun(current)):
             raise ConfigError(f"{what}(from_epoch={start}): epoch {current} has begun; a data change takes effect at an "
                               f"epoch boundary: pass from_epoch={current + 1} or later (or leave it out)")
         return start

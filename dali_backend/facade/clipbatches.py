@@ -24,7 +24,7 @@ class ClipBatchesMixin:
     def _clip_output(self, batch: Batch, images: torch.Tensor, per_draw) -> tuple:
         """One batch of ``B * T`` frames regrouped as ``[B, T, C, H, W]``, labelled by clip ``[B]``."""
         T = self.clip_len
-        b = self._batches_done
+        b = self._passes.batches_done
         draws = self._pass_clips[b * self.batch_size:(b + 1) * self.batch_size]
         positions = batch.positions.reshape(-1, T)
         if (len(batch.positions) != len(draws) * T or not (positions == positions[:, :1]).all()
@@ -39,7 +39,7 @@ class ClipBatchesMixin:
         if self.batch_transform is not None:
             images, labels = self.batch_transform(images, labels)
         meta = self._clip_meta(batch, per_draw, clips, served) if self.return_meta else None
-        self._account(clips, served, draws[:, 1], self._clip_names)
+        self._passes.account(clips, served, draws[:, 1], self._clip_names)
         sizes = None if batch.sizes is None else batch.sizes.reshape(len(clips), T, 2)
         return (images, labels, *_sizes(sizes)) + (() if meta is None else (meta,))
 
@@ -75,7 +75,7 @@ class ClipBatchesMixin:
     def _clip_meta(self, batch: Batch, per_draw, clips: np.ndarray, served: np.ndarray) -> dict:
         """``return_meta`` for clips: per clip (``[B]``) and per frame (``[B, T]``, lists of B lists of T)."""
         T, n = self.clip_len, len(clips)
-        frame_meta = self._batch_meta(batch, per_draw)
+        frame_meta = self._passes.batch_meta(batch, per_draw)
         as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
         return {"clip": as_tensor(served), "planned_clip": as_tensor(clips),
                 "sequence": as_tensor(self.sampler.clip_sequence[served]),

@@ -80,11 +80,16 @@ class EpochStats:
         return self.yielded + self.padded + self.dropped + self.skipped + self.resumed
 
 
-class EpochLoaderMixin:
-    """``set_epoch``, ``len()``, ``stats()``, ``state_dict()`` and ``load_state_dict()`` for a loader
-    with ``sampler``, ``dataset``, ``batch_size`` and ``drop_last``."""
+class Passes:
+    """A loader's passes and epochs, their accounting and resumption: ``set_epoch``, ``len()``,
+    ``stats()``, ``state_dict()`` and ``load_state_dict()``, for the plan of a sampler
+    (:mod:`dali_backend.facade.plans`), a batch size and ``drop_last``. The facade holds one; a test can
+    build one without a loader (``Passes(make_plan(sampler, dataset, b), b, drop_last)``)."""
 
     epoch: int = 0
+    epoch_planned = False  # a pass of the selected epoch was planned (its data can no longer change)
+    _epoch_chosen = False  # set_epoch/load_state_dict since the last pass began
+    _last_pass_epoch: tuple | None = None  # (epoch, the sampler's set_epoch count) of the last pass
     _resume: tuple[int, int, str | None] | None = None  # (epoch, batches already yielded, plan digest)
     _elastic: tuple[int, int] | None = None  # (epoch, global draws consumed): the pass deals out the rest
     _batches_done: int = 0
@@ -95,8 +100,52 @@ class EpochLoaderMixin:
     _resume_digest: str | None = None
     _stats: EpochStats | None = None
 
+    def __init__(self, plan, batch_size: int, drop_last: bool):
+        self.plan, self.sampler, self.batch_size, self.drop_last = plan, plan.sampler, int(batch_size), bool(drop_last)
+
+    @property
+    def dataset(self):
+        """The running index's dataset (the plan's: a data change replaces it)."""
+        return self.plan.dataset
+
+    @property
+    def batches_done(self) -> int:
+        """Batches of the running pass yielded (or resumed) so far."""
+        return self._batches_done
+
+    @property
+    def pass_offset(self) -> int:
+        """Where the running pass's global draw starts (> 0 after an elastic resumption)."""
+        return self._pass_offset
+
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (forwarded to the sampler's and the dataset's ``set_epoch``)."""
+        """Select the epoch of the next pass (forwarded to the sampler's and the dataset's ``set_epoch``)."""
+        self._select(epoch)
+        self._epoch_chosen = True
+        self.epoch_planned = False
+
+    def begin_pass(self) -> int:
+        """Choose a new pass's epoch: the one selected since the last pass, else the next one.
+
+        Selected means ``set_epoch``, ``load_state_dict``, or the sampler's own ``set_epoch`` (a
+        :class:`~dali_backend.sampling.sampler.WeightedSampler` counts its calls; other samplers are
+        compared by their ``epoch`` value).
+        """
+        current = (self.sampler_epoch(), getattr(self.sampler, "epoch_calls", None))
+        if self._last_pass_epoch is not None and not self._epoch_chosen and current == self._last_pass_epoch:
+            self._select(current[0] + 1)
+            current = (self.sampler_epoch(), getattr(self.sampler, "epoch_calls", None))
+        self._epoch_chosen = False
+        self._last_pass_epoch = current
+        return current[0]
+
+    def begun(self, epoch: int) -> bool:
+        """Whether a pass of ``epoch`` has begun: planned, batches yielded, or a resumption into it pending."""
+        return self.epoch_planned or (self._progress_epoch == epoch and self._batches_done > 0) or \
+            (self._resume is not None and self._resume[0] == epoch and self._resume[1] > 0) or \
+            self.pending_offset(epoch) > 0
+
+    def _select(self, epoch: int) -> None:
         self.epoch = check_epoch(epoch)
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(self.epoch)
@@ -111,14 +160,14 @@ class EpochLoaderMixin:
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     # ------------------------------------------------------------------ epochs and accounting
-    def _sampler_epoch(self) -> int:
+    def sampler_epoch(self) -> int:
         return int(getattr(self.sampler, "epoch", self.epoch))
 
-    def _pending_offset(self, epoch: int) -> int:
+    def pending_offset(self, epoch: int) -> int:
         """Global draws of ``epoch`` an elastic resumption says were consumed (0: a whole or same-world pass)."""
         return self._elastic[1] if self._elastic is not None and self._elastic[0] == epoch else 0
 
-    def _begin_epoch(self, draws: int | None = None) -> int:
+    def begin_epoch(self, draws: int | None = None) -> int:
         """Start accounting an epoch of ``draws`` planned draws (default ``len(sampler)``; the plan's own
         count wins, so a sampler whose ``len()`` is wrong cannot skew the accounting); returns the first
         batch to produce (non-zero when resuming).
@@ -127,11 +176,11 @@ class EpochLoaderMixin:
         consumed before it count as ``resumed`` on the rank their position falls to under this
         world's partition (positions ``p < consumed`` with ``p % world_size == rank``), so the ranks'
         ``resumed`` add up to the consumed draws and each rank's accounting still closes."""
-        epoch = self._sampler_epoch()
+        epoch = self.sampler_epoch()
         start, self._resume_digest = 0, None
         if self._resume is not None and self._resume[0] == epoch:
             start, self._resume_digest = self._resume[1], self._resume[2]
-        offset = self._pending_offset(epoch)
+        offset = self.pending_offset(epoch)
         self._resume, self._elastic = None, None
         draws = len(self.sampler) if draws is None else int(draws)
         used = draws // self.batch_size * self.batch_size if self.drop_last else draws
@@ -142,10 +191,10 @@ class EpochLoaderMixin:
         else:
             self._stats = EpochStats(epoch, draws, dropped=draws - used, resumed=min(start * self.batch_size, used))
         self._batches_done, self._progress_epoch, self._pass_offset = start, epoch, offset
-        self._pass_num_samples = self._plan.num_samples(epoch)
+        self._pass_num_samples = self.plan.num_samples(epoch)
         return start
 
-    def _account(self, planned: np.ndarray, served: np.ndarray, positions: np.ndarray, names=None) -> None:
+    def account(self, planned: np.ndarray, served: np.ndarray, positions: np.ndarray, names=None) -> None:
         """Count one yielded batch: planned and served sample indices (or clip numbers, ``names(planned,
         served)`` then giving the ``skipped_files`` entry of a replaced one) and draw positions."""
         st = self._stats
@@ -162,7 +211,7 @@ class EpochLoaderMixin:
             st.skipped_files.append(names(int(p), int(s)) if names else (path(int(p)), path(int(s))))
         self._batches_done += 1
 
-    def _batch_meta(self, batch, batch_params: list | None) -> dict:
+    def batch_meta(self, batch, batch_params: list | None) -> dict:
         """What produced each sample of a batch (``return_meta=True``): indices, draw, path, and the
         parameters the executor augmented each draw with (and the batch operations' own)."""
         ds = self.dataset
@@ -177,13 +226,13 @@ class EpochLoaderMixin:
                 "position": as_tensor(batch.positions), "padding": torch.from_numpy(padding),
                 "path": [ds.index.abspath(int(i)) for i in batch.served], "params": params}
 
-    def _end_epoch(self) -> None:
+    def end_epoch(self) -> None:
         st = self._stats
         if st is not None and st.skipped:
             shown = "; ".join(f"{a} -> {b}" for a, b in st.skipped_files[:5])
             what = ("clips with a bad frame skipped and replaced by whole clips of their class (bad frame -> its "
                     "place in the replacement: "
-                    if getattr(self, "clip_len", 1) > 1 else "bad files skipped and replaced by samples of their class (")
+                    if self.plan.clip_len > 1 else "bad files skipped and replaced by samples of their class (")
             log.warning("epoch %d: %d %s%s%s)", st.epoch, st.skipped, what, shown, "; ..." if st.skipped > 5 else "")
 
     def stats(self) -> dict:
@@ -197,7 +246,7 @@ class EpochLoaderMixin:
     # ------------------------------------------------------------------ resumption
     def _index_at(self, epoch: int):
         """The index ``epoch`` draws from (a WeightedSampler's schedule; else the dataset's)."""
-        return self._plan.index_at(epoch)
+        return self.plan.index_at(epoch)
 
     def _pass_batches(self, num_samples: int, offset: int, world_size: int, drop_last: bool) -> int:
         """Batches a rank's pass has from global position ``offset`` on, with ``world_size`` ranks."""
@@ -230,7 +279,7 @@ class EpochLoaderMixin:
         :class:`WeightedSampler`, ``data`` (the scheduled data changes: indexes by fingerprint, excluded files
         by path). All of it is JSON.
         """
-        epoch = self._sampler_epoch()
+        epoch = self.sampler_epoch()
         digest, offset = None, 0
         if self._elastic is not None and self._elastic[0] == epoch:
             done, offset = 0, self._elastic[1]
@@ -243,15 +292,15 @@ class EpochLoaderMixin:
                 digest = self._plan_digest[1]
         state = {"version": STATE_VERSION, "epoch": epoch, "batches_done": done, "batches_per_epoch": len(self),
                  "batch_size": self.batch_size, "index_fingerprint": self._index_at(epoch).fingerprint,
-                 "sampler": sampler_identity(self.sampler, self.dataset, self._plan.identity_epoch(epoch)),
+                 "sampler": sampler_identity(self.sampler, self.dataset, self.plan.identity_epoch(epoch)),
                  "plan": digest}
-        if self._plan.partitioned:
+        if self.plan.partitioned:
             state["global"] = self._global_state(epoch, offset, done)
-        if self._plan.schedule() is not None:
-            state["data"] = self._plan.schedule().state()
+        if self.plan.schedule() is not None:
+            state["data"] = self.plan.schedule().state()
         return state
 
-    def _check_resumable(self, epoch: int, plan: np.ndarray) -> None:
+    def check_resumable(self, epoch: int, plan: np.ndarray) -> None:
         """Record this pass's plan; when it resumes a saved state, the plan must be the saved one."""
         digest = plan_digest(plan)
         self._plan_digest = (epoch, digest)
@@ -266,7 +315,7 @@ class EpochLoaderMixin:
     def _known_indexes(self) -> list:
         """Indexes this loader holds (for matching a loaded schedule's fingerprints)."""
         known = [g.index for g in self.sampler.schedule.generations] + [self.dataset.index]
-        return known + [d.index for d in getattr(self, "_datasets", {}).values()]
+        return known
 
     def load_state_dict(self, state: dict) -> None:
         """Resume: the next iteration of ``state["epoch"]`` yields only the batches not yet yielded.
@@ -293,7 +342,7 @@ class EpochLoaderMixin:
         epoch = state["epoch"]
         if not isinstance(epoch, (int, np.integer)) or isinstance(epoch, bool) or epoch < 0:
             raise ConfigError(f"load_state_dict: epoch={epoch!r}; must be a non-negative integer")
-        schedule = self._plan.schedule()
+        schedule = self.plan.schedule()
         snap = schedule.snapshot() if schedule is not None else None
         try:
             if schedule is not None and "data" in state:
@@ -313,7 +362,7 @@ class EpochLoaderMixin:
             raise ConfigError("load_state_dict: the state was saved with another sample index (fingerprints differ); "
                               "resume with the same index file")
         glob = state.get("global")
-        if self._plan.partitioned and isinstance(glob, dict) and (glob.get("offset") or glob.get("rank") != self.sampler.rank
+        if self.plan.partitioned and isinstance(glob, dict) and (glob.get("offset") or glob.get("rank") != self.sampler.rank
                                                     or glob.get("world_size") != self.sampler.world_size):
             return self._load_elastic(state, epoch, glob)
         if state["batch_size"] != self.batch_size or state["batches_per_epoch"] != self._len_at(epoch):
@@ -334,13 +383,13 @@ class EpochLoaderMixin:
 
     def _len_at(self, epoch: int) -> int:
         """``len(self)`` at ``epoch`` (a WeightedSampler's length follows the data schedule)."""
-        if not self._plan.weighted:
+        if not self.plan.weighted:
             return len(self)
         n = self.sampler.rank_len(self.sampler.num_samples_at(epoch))
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def _check_identity(self, state: dict, epoch: int, ignore: tuple[str, ...]) -> None:
-        mine = sampler_identity(self.sampler, self.dataset, self._plan.identity_epoch(epoch))
+        mine = sampler_identity(self.sampler, self.dataset, self.plan.identity_epoch(epoch))
         theirs = state["sampler"] if isinstance(state["sampler"], dict) else {}
         differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k) and k not in ignore)
         if differ:
@@ -392,7 +441,7 @@ class EpochLoaderMixin:
             if old_drop:
                 keep = len(idx) // self.batch_size * self.batch_size
                 idx, pos = idx[:keep], pos[:keep]
-            rows = self._plan.partition_rows(epoch, idx, pos)  # a ClipSampler's: each clip's frames
+            rows = self.plan.partition_rows(epoch, idx, pos)  # a ClipSampler's: each clip's frames
             if plan_digest(rows) != plan:
                 raise ConfigError(f"load_state_dict: this sampler plans another order for rank {rank} of {world} in "
                                   f"epoch {epoch} than the one the state was saved from (plan {plan[:8]}... now "

@@ -31,7 +31,7 @@ from ..core.boundary import Batch, Executor
 from .executors import ExecutorSettings, executor_kind
 from .changes import DataChangesMixin
 from .clipbatches import ClipBatchesMixin, _sizes
-from .epochs import EpochLoaderMixin
+from .epochs import Passes
 from ..errors import ConfigError, ExecutorFailed, LoaderClosedError, StaleIteratorError
 from ..core.reading import check_on_error
 from ..sampling.sampler import default_sampler, default_seed
@@ -54,7 +54,7 @@ def _tune_workers(dataset, batch_size: int, chosen: str, **kwargs) -> tuple[int,
     return choose_workers(make_loader, dataset, batch_size, chosen)
 
 
-class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin):
+class DaliLoader(DataChangesMixin, ClipBatchesMixin):
     """Drop-in for ``DataLoader`` over an :class:`ImageDataset`, on DALI when it can.
 
     One facade over two executors: DALI's graph (GPU or CPU operators) or OpenCV in DataLoader
@@ -193,9 +193,10 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin):
         if seed is None and sampler is None:
             seed = default_seed(shuffle)
         self.dataset, self.batch_size, self.num_workers = dataset, int(batch_size), int(num_workers)
-        self.drop_last, self.pin_memory, self.timeout, self.epoch = bool(drop_last), pin_memory, timeout, 0
+        self.drop_last, self.pin_memory, self.timeout = bool(drop_last), pin_memory, timeout
         self.sampler = sampler if sampler is not None else default_sampler(dataset.index, shuffle, seed)
         self._plan = plan if plan is not None else make_plan(self.sampler, dataset, self.batch_size)
+        self._passes = Passes(self._plan, self.batch_size, self.drop_last)  # epochs, accounting, resumption
         self.on_error = check_on_error(on_error or dataset.on_error)
         self.return_meta, self.batch_transform = bool(return_meta), batch_transform
         # on_error="skip" with clips: the readers replace a clip with a bad frame by a whole clip of its class
@@ -208,8 +209,6 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin):
         self.multiprocessing_context, self.pin_memory_device, self.in_order = context, pin_memory_device, True
         self._closed = False
         self._pass = 0  # passes started; an iterator of an older pass is stale
-        self._epoch_chosen = False  # set_epoch/load_state_dict since the last pass began
-        self._last_pass_epoch: tuple | None = None  # (epoch, the sampler's set_epoch count) of the last pass
         self._executor: Executor
         if kind.dali:
             if py_start_method is None and context_method in ("fork", "spawn"):
@@ -227,7 +226,6 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin):
             return kind.build(ds, settings)
         self._make_executor = make_executor  # again when a data change moves to another index (update_index)
         self._datasets = {dataset.index.fingerprint: dataset}  # the running index's dataset (changes.py: only it)
-        self._epoch_planned = False  # a pass of the selected epoch was planned (its data can no longer change)
         self._executor = make_executor(dataset)  # DALI's workers start now, before the user's CUDA work
         self.device = self._executor.device
         self._telemetry = LoaderTelemetry(self.backend, self._executor) if telemetry else None
@@ -235,24 +233,27 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin):
     # ------------------------------------------------------------------ epochs and passes
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch of the next pass (forwarded to the sampler's and the dataset's ``set_epoch``)."""
-        super().set_epoch(epoch)
-        self._epoch_chosen = True
-        self._epoch_planned = False
+        self._passes.set_epoch(epoch)
 
-    def _begin_pass(self) -> int:
-        """Choose this pass's epoch: the one selected since the last pass, else the next one.
+    @property
+    def epoch(self) -> int:
+        """The selected epoch."""
+        return self._passes.epoch
 
-        Selected means ``set_epoch`` on the loader, ``load_state_dict``, or the sampler's own
-        ``set_epoch`` (a :class:`WeightedSampler` counts its calls; other samplers are compared by
-        their ``epoch`` value).
-        """
-        current = (self._sampler_epoch(), getattr(self.sampler, "epoch_calls", None))
-        if self._last_pass_epoch is not None and not self._epoch_chosen and current == self._last_pass_epoch:
-            super().set_epoch(current[0] + 1)
-            current = (self._sampler_epoch(), getattr(self.sampler, "epoch_calls", None))
-        self._epoch_chosen = False
-        self._last_pass_epoch = current
-        return current[0]
+    def __len__(self) -> int:
+        return len(self._passes)
+
+    def stats(self) -> dict:
+        """Accounting of the current (or last) epoch (:mod:`dali_backend.facade.epochs`)."""
+        return self._passes.stats()
+
+    def state_dict(self) -> dict:
+        """Where this loader stands; see :meth:`dali_backend.facade.epochs.Passes.state_dict`."""
+        return self._passes.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume from a :meth:`state_dict`; see :meth:`dali_backend.facade.epochs.Passes.load_state_dict`."""
+        self._passes.load_state_dict(state)
 
     def _rows(self, epoch: int) -> np.ndarray | None:
         """This rank's planned draws of ``epoch`` as ``[n, 4]`` (index, epoch, position, kind), cut by
@@ -296,15 +297,16 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin):
     def _iterate(self, token: int):
         asked = time.perf_counter()  # the training loop's first next() runs this generator's body
         self._check_current(token)  # an iterator started after a newer one began must not start an epoch
-        epoch = self._begin_pass()
+        passes = self._passes
+        epoch = passes.begin_pass()
         self._use_dataset_of(epoch)
-        offset = self._pending_offset(epoch)
+        offset = passes.pending_offset(epoch)
         full = self._plan.rows(epoch, offset)
-        self._epoch_planned = True
-        self._begin_epoch(len(full) // self.clip_len)  # draws: clips when the sampler draws clips
+        passes.epoch_planned = True
+        passes.begin_epoch(len(full) // self.clip_len)  # draws: clips when the sampler draws clips
         plan = self._cut(full)
-        self._check_resumable(epoch, plan)
-        self._pass_clips = self._plan.clip_draws(epoch, self._pass_offset, len(plan) // self.clip_len)
+        passes.check_resumable(epoch, plan)
+        self._pass_clips = self._plan.clip_draws(epoch, passes.pass_offset, len(plan) // self.clip_len)
         telemetry = self._telemetry
         if telemetry is not None:
             telemetry.begin_pass(asked)
@@ -312,14 +314,14 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin):
         accelerate = accelerate_state.begin(self, epoch, offset)  # None unless an Accelerator exists
         try:
             while True:
-                rows = plan[self._batches_done * self._frames_per_batch:]
+                rows = plan[passes.batches_done * self._frames_per_batch:]
                 try:
                     for batch in self._run(epoch, rows):
                         self._check_current(token)
                         if batch.bad:  # a file failed its checks under on_error="raise", in whichever process read it
                             raise batch.bad[0].error()
                         out = self._output(batch)
-                        self.end_of_dataloader = self._batches_done == last_batch
+                        self.end_of_dataloader = passes.batches_done == last_batch
                         if telemetry is not None:
                             telemetry.batch(len(batch.served), time.perf_counter() - asked, batch.stages,
                                             batch.in_flight)
@@ -335,7 +337,7 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin):
                     if token == self._pass:
                         self._executor.abandon()
                     raise
-            self._end_epoch()
+            passes.end_epoch()
         finally:  # also when the pass is left early (break, an error): no output memory stays resident
             accelerate_state.end(self, accelerate)
             if telemetry is not None:
@@ -356,15 +358,16 @@ class DaliLoader(EpochLoaderMixin, DataChangesMixin, ClipBatchesMixin):
         labels = batch.labels
         if self.batch_transform is not None:
             images, labels = self.batch_transform(images, labels)
-        meta = self._batch_meta(batch, per_draw) if self.return_meta else None
-        self._account(batch.planned, batch.served, batch.positions)
+        meta = self._passes.batch_meta(batch, per_draw) if self.return_meta else None
+        self._passes.account(batch.planned, batch.served, batch.positions)
         return (images, labels, *_sizes(batch.sizes)) + (() if meta is None else (meta,))
 
     def _run(self, epoch: int, rows: np.ndarray):
         # the key names the plan so that batches DALI prepared ahead are used only for that very plan: the
         # sampler and its data schedule's version (a change since makes them stale); none after an elastic
         # resumption (a plan of its own)
-        key = None if self._pass_offset else self._plan.prefetch_key(epoch, self._batches_done)
+        passes = self._passes
+        key = None if passes.pass_offset else self._plan.prefetch_key(epoch, passes.batches_done)
         planner = weakref.WeakMethod(self._rows)  # the DALI runner keeps it to plan ahead: no cycle through it
 
         def plan_next(epoch: int) -> np.ndarray | None:

@@ -140,10 +140,10 @@ def per_batch_steps(device: torch.device) -> None:
     images = apply_batch_ops(images, SPEC, per_draw)
     assert images.shape == (6, 3, 8, 8) and images.device == device
     # clips: 2 clips of 3 frames regrouped, labelled by clip
-    clip_loader = SimpleNamespace(clip_len=3, _batches_done=0, batch_size=2, _pass_clips=np.array([[0, 0], [1, 0]]),
+    clip_loader = SimpleNamespace(clip_len=3, batch_size=2, _pass_clips=np.array([[0, 0], [1, 0]]),
                                   sampler=SimpleNamespace(labels=np.array([4, 5])), batch_transform=None,
                                   return_meta=False, _served_clips=lambda clips, frames: clips,
-                                  _account=lambda *a: None, _clip_names=None)
+                                  _passes=SimpleNamespace(batches_done=0, account=lambda *a: None), _clip_names=None)
     frames = SimpleNamespace(positions=np.zeros(6, np.int64), served=np.arange(6), labels=batch.labels, sizes=None)
     clip_images, clip_labels = ClipBatchesMixin._clip_output(clip_loader, frames, images, None)
     assert clip_images.shape == (2, 3, 3, 8, 8) and clip_labels.device == device

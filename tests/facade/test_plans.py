@@ -92,3 +92,23 @@ def test_the_loaders_telemetry_is_a_held_object_not_a_mixin():
         live(None)
     with pytest.raises(ConfigError, match="every_s"):
         check_hook(print, -1)
+
+
+def test_passes_account_and_resume_without_a_loader(ds):
+    from dali_backend.facade.epochs import Passes
+
+    sampler = WeightedSampler(ds.index, num_samples=7, seed=4)
+    passes = Passes(make_plan(sampler, ds, 3), 3, drop_last=False)
+    assert len(passes) == 3 and passes.begin_pass() == 0
+    rows = passes.plan.rows(0)
+    passes.begin_epoch(len(rows))
+    passes.check_resumable(0, rows)
+    first = rows[:3]
+    passes.account(first[:, Plan.INDEX], first[:, Plan.INDEX], first[:, Plan.POSITION])
+    state = passes.state_dict()
+    assert state["epoch"] == 0 and state["batches_done"] == 1 and passes.stats()["yielded"] == 3
+    again = Passes(make_plan(WeightedSampler(ds.index, num_samples=7, seed=4), ds, 3), 3, drop_last=False)
+    again.load_state_dict(state)
+    assert again.begin_pass() == 0 and again.begin_epoch(len(rows)) == 1  # resumes at the second batch
+    assert again.stats()["resumed"] == 3
+    assert passes.begin_pass() == 1  # a pass without set_epoch runs the next epoch
