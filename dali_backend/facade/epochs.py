@@ -264,21 +264,7 @@ class Passes:
                 "drop_last": self.drop_last}
 
     def state_dict(self) -> dict:
-        """Where this loader stands: the selected epoch and the batches of it already yielded.
-
-        Taken after ``set_epoch(e)`` and before ``e``'s first batch, it says epoch ``e``, 0 batches done
-        (not the previous epoch's count). Taken after a finished pass, it says that epoch, all batches
-        done: resuming it yields an empty pass (the training loop's own ``set_epoch(e + 1)`` moves on).
-        A pending resumption not yet iterated is kept as it is. ``plan`` is a digest of the pass's
-        draws: resuming checks the sampler plans the same ones (a random sampler that does not repeat
-        its order is refused rather than silently resumed wrong).
-
-        With a :class:`WeightedSampler` (or a :class:`~dali_backend.sampling.clips.ClipSampler`, counting clips) the
-        state also holds ``global`` (the global draws of the epoch consumed by all ranks together, for a
-        resumption on another rank or number of ranks: see the module docstring); with a
-        :class:`WeightedSampler`, ``data`` (the scheduled data changes: indexes by fingerprint, excluded files
-        by path). All of it is JSON.
-        """
+        """Where the loader stands (documented on :meth:`DaliLoader.state_dict`)."""
         epoch = self.sampler_epoch()
         digest, offset = None, 0
         if self._elastic is not None and self._elastic[0] == epoch:
@@ -318,19 +304,7 @@ class Passes:
         return known
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume: the next iteration of ``state["epoch"]`` yields only the batches not yet yielded.
-
-        Refuses (:class:`ConfigError`) a state of another format, with missing keys or values out of
-        range, or saved with another index, batch size, sampler (type, seed, length, rank...) or
-        augmentation seed: resuming it would silently repeat or skip samples.
-
-        A :class:`WeightedSampler` (or :class:`~dali_backend.sampling.clips.ClipSampler`) state may be loaded by a
-        loader whose sampler has another world size or rank (an elastic resumption): the draws of the
-        epoch not yet consumed by the old ranks together are dealt out over the new ones, each exactly once (padding aside); only the
-        rank and world size may differ, and the state of any one old rank will do (see the module
-        docstring for what is assumed and checked). The state's data schedule (``exclude`` /
-        ``update_index``) replaces this loader's.
-        """
+        """Resume a state (documented on :meth:`DaliLoader.load_state_dict`)."""
         if not isinstance(state, dict):
             raise ConfigError(f"load_state_dict: expected the dict state_dict() returned, got {type(state).__name__}")
         if state.get("version") != STATE_VERSION:

@@ -104,7 +104,8 @@ class DaliLoader(DataChangesMixin, ClipBatchesMixin):
         pin_memory_device: the torch backend's, with ``pin_memory``.
         in_order: batches always come in order (``False`` warns).
         device: ``"auto"`` (GPU when CUDA is available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
-        backend: ``"auto"``, ``"dali"`` (DALI even on the CPU; raises when DALI is missing) or ``"torch"``.
+        backend: ``"auto"``, ``"dali"`` (DALI even on the CPU; raises when DALI is missing), ``"torch"``, or
+            the name of an executor registered in :mod:`dali_backend.facade.executors`.
         seed: seed of the default sampler (``generator`` wins when both are given). Neither given: a
             shuffle follows ``torch.manual_seed`` as ``DataLoader`` does (one draw from torch's global
             RNG when the loader is made); in a distributed run (``torch.distributed`` initialised,
@@ -248,11 +249,37 @@ class DaliLoader(DataChangesMixin, ClipBatchesMixin):
         return self._passes.stats()
 
     def state_dict(self) -> dict:
-        """Where this loader stands; see :meth:`dali_backend.facade.epochs.Passes.state_dict`."""
+        """Where this loader stands: the selected epoch and the batches of it already yielded.
+
+        Taken after ``set_epoch(e)`` and before ``e``'s first batch, it says epoch ``e``, 0 batches done
+        (not the previous epoch's count). Taken after a finished pass, it says that epoch, all batches
+        done: resuming it yields an empty pass (the training loop's own ``set_epoch(e + 1)`` moves on).
+        A pending resumption not yet iterated is kept as it is. ``plan`` is a digest of the pass's
+        draws: resuming checks the sampler plans the same ones (a random sampler that does not repeat
+        its order is refused rather than silently resumed wrong).
+
+        With a :class:`WeightedSampler` (or a :class:`~dali_backend.sampling.clips.ClipSampler`, counting clips) the
+        state also holds ``global`` (the global draws of the epoch consumed by all ranks together, for a
+        resumption on another rank or number of ranks: see :mod:`dali_backend.facade.epochs`); with a
+        :class:`WeightedSampler`, ``data`` (the scheduled data changes: indexes by fingerprint, excluded files
+        by path). All of it is JSON.
+        """
         return self._passes.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume from a :meth:`state_dict`; see :meth:`dali_backend.facade.epochs.Passes.load_state_dict`."""
+        """Resume: the next iteration of ``state["epoch"]`` yields only the batches not yet yielded.
+
+        Refuses (:class:`ConfigError`) a state of another format, with missing keys or values out of
+        range, or saved with another index, batch size, sampler (type, seed, length, rank...) or
+        augmentation seed: resuming it would silently repeat or skip samples.
+
+        A :class:`WeightedSampler` (or :class:`~dali_backend.sampling.clips.ClipSampler`) state may be loaded by a
+        loader whose sampler has another world size or rank (an elastic resumption): the draws of the
+        epoch not yet consumed by the old ranks together are dealt out over the new ones, each exactly once (padding aside); only the
+        rank and world size may differ, and the state of any one old rank will do (see
+        :mod:`dali_backend.facade.epochs` for what is assumed and checked). The state's data schedule (``exclude`` /
+        ``update_index``) replaces this loader's.
+        """
         self._passes.load_state_dict(state)
 
     def _rows(self, epoch: int) -> np.ndarray | None:
