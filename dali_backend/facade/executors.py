@@ -19,6 +19,8 @@ from enum import Enum
 from typing import Any
 
 from ..core.boundary import Executor
+from ..dali import workers as _fork_hygiene  # noqa: F401 - its at-fork hook (a forked child forgets its parent's
+# worker processes, so its exit does not try to join them) serves every executor, torch's too
 from ..errors import ConfigError
 
 
