@@ -193,7 +193,6 @@ class GaussianBlur(Transform):
     sigma: float | tuple[float, float] = (0.1, 2.0)
 
     KIND = "photometric"
-    WHOLE_IMAGE = True
     PARAMS = (Param("sigma"),)
     UNIFORMS = 1
 
@@ -250,7 +249,6 @@ class Clahe(Transform):
 
     CONDITIONALS = True
     KIND = "photometric"
-    WHOLE_IMAGE = True
 
     def __post_init__(self):
         if not (isinstance(self.clip_limit, (int, float)) and self.clip_limit > 0 and math.isfinite(self.clip_limit)):
