@@ -14,7 +14,7 @@ from pathlib import Path
 from ..errors import ConfigError, ManifestError
 from ..formats.jpeg import open_regular
 
-from .options import JPEG_EXTENSIONS
+from ..formats.registry import extensions
 
 from .options import _name, _opt
 
@@ -229,12 +229,12 @@ def _read_csv_manifest(path: Path, text: str, split: str | None, root: Path | No
 
     def is_file_cell(cell: str) -> bool:
         cell = cell.strip()
-        return _column_name(cell).endswith(JPEG_EXTENSIONS) or (
+        return _column_name(cell).endswith(extensions()) or (
             root is not None and bool(cell) and os.path.exists(os.path.join(root, cell)))
 
     p_i, l_i, s_i = (find(path_column, PATH_COLUMNS, "path_column"), find(label_column, LABEL_COLUMNS, "label_column"),
                      find(split_column, SPLIT_COLUMNS, "split_column"))
-    looks_like_data = any(_column_name(c).endswith(JPEG_EXTENSIONS) for c in head) or (
+    looks_like_data = any(_column_name(c).endswith(extensions()) for c in head) or (
         root is not None and bool(head[0].strip()) and os.path.exists(os.path.join(root, head[0].strip())))
     header = bool(asked) or (not looks_like_data and (p_i is not None or l_i is not None))
     # the columns to name: the data row under the header shows which column holds file names
