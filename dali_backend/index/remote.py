@@ -34,6 +34,7 @@ from ..formats.registry import DEFAULT_MAX_PIXELS
 from ..core.labelling import KeywordRules
 from ..util.progress import track
 from ..storage import urls
+from ..storage import stores
 from ..storage.client import Bucket, ObjectChanged, ObjectInfo, ObjectMissing, Unreachable
 from .manifest import _read_manifest
 from .options import PACKAGE_FILES, Verify, _capped, _opt
@@ -101,7 +102,7 @@ class _Listing:
 def folder_candidates(url: str, split: str | None, classes: Sequence[str] | None,
                       storage_options: Mapping | None) -> RemoteBuilt:
     """``url/<class>/**`` (or ``url/<split>/<class>/**``): :func:`.build.folder_candidates` for a bucket."""
-    bucket = Bucket(url, storage_options)
+    bucket = stores.open_store(url, storage_options)
     root = bucket.root
     listing = _Listing(bucket)
     base = ""
@@ -135,7 +136,7 @@ def keyword_candidates(url: str, rules: Mapping[str, Sequence[str]] | KeywordRul
                        storage_options: Mapping | None) -> RemoteBuilt:
     """Every JPEG below ``url``, labelled by keywords: :func:`.build.keyword_candidates` for a bucket."""
     kw = rules if isinstance(rules, KeywordRules) else KeywordRules(rules)
-    bucket = Bucket(url, storage_options)
+    bucket = stores.open_store(url, storage_options)
     listing = _Listing(bucket)
     found = _Candidates([], [], [], Counter())
     listing.walk("", found, 0)
@@ -148,11 +149,11 @@ def manifest_candidates(path: str | Path, url: str, split: str | None, classes: 
                         encoding: str | None, storage_options: Mapping | None) -> RemoteBuilt:
     """The objects a (local) manifest lists, relative to the URL root ``url``: see
     :meth:`SampleIndex.from_manifest`. Nothing is listed: each entry is checked on its own."""
-    if urls.is_url(str(path)):
+    if stores.is_remote(str(path)):
         raise ManifestError(f"manifest {str(path)!r}: a manifest is read from a local file; download it first "
                             f"(the paths in it may be relative to a URL root: pass {_opt('root')} the s3:// URL)")
     mpath = Path(path)
-    bucket = Bucket(url, storage_options)
+    bucket = stores.open_store(url, storage_options)
     rows = _read_manifest(mpath, split, None, path_column, label_column, split_column, encoding)
     outside, entries = [], []
     seen: dict[str, tuple[str, str]] = {}
