@@ -37,7 +37,7 @@ def decode(data: NDArray[np.uint8] | bytes, color: str) -> Image | None:
 
 # ----------------------------------------------------------------------------------------- resize
 # The kernel is the Resize operation's, in the contract (dali_backend/transforms/resample.py): re-exported.
-from dali_backend.transforms.resample import _owned, resize  # noqa: E402,F401
+from dali_backend.transforms.resample import owned, resize  # noqa: E402,F401
 
 
 # ----------------------------------------------------------------------------------------- composition
@@ -47,5 +47,5 @@ def apply_spec(decoded: Image, spec: AugmentSpec, params: list[dict]) -> NDArray
     img = decoded
     for op, p in zip(spec.transforms, params, strict=True):
         if not op.is_identity:
-            img = _owned(op.apply(img, p))
+            img = owned(op.apply(img, p))
     return img[None] if img.ndim == 2 else np.ascontiguousarray(img.transpose(2, 0, 1))

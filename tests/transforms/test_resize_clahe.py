@@ -46,7 +46,7 @@ def dali_resize(images: list[np.ndarray], sizes: list[tuple[int, int]], antialia
     pytest.importorskip("nvidia.dali")
     from nvidia.dali import fn, pipeline_def, types
 
-    from dali_backend.transforms.resize import _dali_resize
+    from dali_backend.transforms.resize import dali_resize as resize_node
 
     hwc = [np.ascontiguousarray(im if im.ndim == 3 else im[:, :, None]) for im in images]
     hs = [np.array(h, np.int32) for h, _ in sizes]
@@ -55,7 +55,7 @@ def dali_resize(images: list[np.ndarray], sizes: list[tuple[int, int]], antialia
     @pipeline_def(batch_size=len(images), num_threads=1, device_id=None)
     def pipe():
         x = fn.external_source(source=lambda: hwc, layout="HWC", dtype=types.UINT8)
-        return _dali_resize(x, fn.external_source(source=lambda: hs), fn.external_source(source=lambda: ws), antialias)
+        return resize_node(x, fn.external_source(source=lambda: hs), fn.external_source(source=lambda: ws), antialias)
 
     p = pipe()
     p.build()
