@@ -1,7 +1,8 @@
 """Reading a sample's bytes at run time, with the checks and the replacement rule both backends share.
 
 A file can change or vanish after indexing. Before bytes reach a decoder (DALI's cannot skip a bad
-sample: the whole pipeline dies), cheap checks run: the size equals the indexed size, the data starts
+sample: the whole pipeline dies), cheap checks run: the size equals the indexed size, then the served
+check of the format the bytes name (:mod:`dali_backend.formats.registry`; for JPEG: the data starts
 with SOI, its headers hold nothing the index refuses (a frame type, precision or EXIF layout the two
 backends' decoders cannot both read alike: :func:`~dali_backend.formats.jpeg.header_refusal`), its frame
 header declares the indexed width and height, and an end-of-image marker follows. That one rule
