@@ -5,7 +5,7 @@ sample: the whole pipeline dies), cheap checks run: the size equals the indexed 
 check of the format the bytes name (:mod:`dali_backend.formats.registry`; for JPEG: the data starts
 with SOI, its headers hold nothing the index refuses (a frame type, precision or EXIF layout the two
 backends' decoders cannot both read alike: :func:`~dali_backend.formats.jpeg.header_refusal`), its frame
-header declares the indexed width and height, and an end-of-image marker follows. That one rule
+header declares the indexed width and height, and an end-of-image marker follows). That one rule
 (:meth:`SampleReader.problem`) judges whatever served the bytes: a file, a shard member, an object,
 a disk-cache entry (one that fails it is dropped and the source read instead) or the RAM cache.
 ``on_error="raise"`` turns a failure into
