@@ -124,7 +124,7 @@ def operation_checks(device: str = "cpu", images: list[np.ndarray] | None = None
     from nvidia.dali import fn, types
 
     from dali_backend.transforms.clahe_graph import clahe_like_opencv
-    from dali_backend.transforms.color import _jitter_lut
+    from dali_backend.transforms.color import jitter_lut
 
     spec = spec or AugmentSpec()
     images = images if images is not None else test_images()
@@ -182,7 +182,7 @@ def operation_checks(device: str = "cpu", images: list[np.ndarray] | None = None
         got = _run(lambda gpu: fn.brightness_contrast(_src(0, gpu), brightness=_src(1, False, None),
                                                       contrast=_src(2, False, None), contrast_center=128.0),
                    [(x[:, :, None], bb, cc) for x, bb, cc in zip(small, b, c)], device, 4)
-        want = [cv2.LUT(x, _jitter_lut(float(bb), float(cc), 128.0, ties)) for x, bb, cc in zip(small, b, c)]
+        want = [cv2.LUT(x, jitter_lut(float(bb), float(cc), 128.0, ties)) for x, bb, cc in zip(small, b, c)]
         return diff_stats([d[:, :, 0] for d in got], want)
 
     def jitter_ties():

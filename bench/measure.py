@@ -15,14 +15,14 @@ import time
 
 import psutil
 
-from dali_backend.util.procstats import _GONE, process_memory_bytes
+from dali_backend.util.procstats import GONE, process_memory_bytes
 
 
 def _tree(pid: int | None = None) -> list[psutil.Process]:
     root = psutil.Process(pid or os.getpid())
     try:
         return [root, *root.children(recursive=True)]
-    except _GONE:
+    except GONE:
         return [root]
 
 
@@ -37,7 +37,7 @@ def tree_cpu_seconds(pid: int | None = None) -> float:
     for i, p in enumerate(_tree(pid)):
         try:
             t = p.cpu_times()
-        except (*_GONE, psutil.AccessDenied):
+        except (*GONE, psutil.AccessDenied):
             continue
         total += t.user + t.system
         if i == 0:  # the root's waited-for children (e.g. finished workers); not known on every platform

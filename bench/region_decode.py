@@ -20,8 +20,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from dali_backend.core.synthetic import make_image
     from dali_backend.transforms import RandomResizedCrop
-    from dali_backend.transforms.resize import _dali_resize
-    from dali_backend.transforms.window import _dali_slice
+    from dali_backend.transforms.resize import dali_resize
+    from dali_backend.transforms.window import dali_slice
 
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--images", type=int, default=16)
@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
             if region:
                 img = fn.decoders.image_slice(data, start=start, shape=shape, axis_names="HW", output_type=types.RGB)
             else:
-                img = _dali_slice(fn.decoders.image(data, output_type=types.RGB), start, shape)
-            return _dali_resize(img, 224, 224)
+                img = dali_slice(fn.decoders.image(data, output_type=types.RGB), start, shape)
+            return dali_resize(img, 224, 224)
 
         pipe = pipe()
         pipe.build()

@@ -1,6 +1,7 @@
 """The fallback's steps around the operations: decoding with OpenCV and running a spec's operations.
 
-* decode: ``cv2.imdecode`` (libjpeg-turbo, EXIF orientation applied), as DALI's CPU decoder;
+* decode: ``cv2.imdecode`` with the flags of the format's registry entry (JPEG: libjpeg-turbo, EXIF
+  orientation applied, as DALI's CPU decoder);
 * :func:`apply_spec`: every operation's own CPU implementation (``Transform.apply``), in order, with
   the draw's parameters: the preset too (its list is ``[Clahe, Resize, RandomRotation, ColorJitter]``);
   there is no second implementation of any step here;
@@ -16,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dali_backend.core.augment import AugmentSpec
+from dali_backend.formats.registry import opencv_decoding
 from dali_backend.core.tensors import normalize  # noqa: F401  (re-exported: one normalisation for both backends)
 
 Image = NDArray[np.uint8]  # HxW (gray) or HxWx3 (RGB)
@@ -24,15 +26,18 @@ Image = NDArray[np.uint8]  # HxW (gray) or HxWx3 (RGB)
 def decode(data: NDArray[np.uint8] | bytes, color: str) -> Image | None:
     """Decode JPEG bytes to gray (HxW) or RGB (HxWx3) uint8; None when OpenCV refuses the data."""
     buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) else data
+    how = opencv_decoding(buf[:16], color) or ("IMREAD_GRAYSCALE" if color == "gray" else "IMREAD_COLOR")
+    if callable(how):  # a format OpenCV does not read decodes itself (its registry entry's decoder)
+        return how(buf, color)
     if color == "gray":
-        return cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE)
-    bgr = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+        return cv2.imdecode(buf, getattr(cv2, how))
+    bgr = cv2.imdecode(buf, getattr(cv2, how))
     return None if bgr is None else cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
 # ----------------------------------------------------------------------------------------- resize
 # The kernel is the Resize operation's, in the contract (dali_backend/transforms/resample.py): re-exported.
-from dali_backend.transforms.resample import _owned, resize  # noqa: E402,F401
+from dali_backend.transforms.resample import owned, resize  # noqa: E402,F401
 
 
 # ----------------------------------------------------------------------------------------- composition
@@ -42,5 +47,5 @@ def apply_spec(decoded: Image, spec: AugmentSpec, params: list[dict]) -> NDArray
     img = decoded
     for op, p in zip(spec.transforms, params, strict=True):
         if not op.is_identity:
-            img = _owned(op.apply(img, p))
+            img = owned(op.apply(img, p))
     return img[None] if img.ndim == 2 else np.ascontiguousarray(img.transpose(2, 0, 1))

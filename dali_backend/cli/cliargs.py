@@ -227,9 +227,9 @@ def existing_dir(text: str) -> Path:
 
 def _url(text: str) -> str | None:
     """``text`` normalised when it is an object-storage URL (``s3://bucket/prefix``), else None."""
-    from ..storage import is_url, normalize
+    from ..storage.stores import is_remote, normal_root as normalize
 
-    if not is_url(text):
+    if not is_remote(text):
         return None
     from ..errors import ConfigError
 
@@ -320,9 +320,9 @@ def data_or_index(text: str) -> Path | str:
 
 def _refuse_url(text: str, what: str) -> None:
     """Outputs are local: a URL would become a local folder named ``s3:`` that reads like an upload."""
-    from ..storage import is_url
+    from ..storage.stores import is_remote
 
-    if is_url(text):
+    if is_remote(text):
         raise argparse.ArgumentTypeError(
             f"{text!r} is a URL; outputs are written to local {what}s only (a URL would become a local folder "
             f"named '{text.split('://', 1)[0]}:'). Write to a local path and upload it (e.g. aws s3 cp --recursive "

@@ -18,18 +18,24 @@ class AmplificationWarning(UserWarning):
     the difference is amplified (docs: concepts/equivalence, "Compositions")."""
 
 
-# Operations after which the backends can differ by 1 level: on DALI's GPU kernels (their resampling
-# and rounding differ from the CPU's), and for RandomRotation and GaussianBlur also on its CPU
-# operators (the fallback's Resize and RandomResizedCrop are bit-exact with DALI's CPU fn.resize).
-_ONE_LEVEL = {"Resize": "the GPU", "RandomResizedCrop": "the GPU",
-              "RandomRotation": "DALI's CPU and GPU operators", "GaussianBlur": "DALI's CPU and GPU operators"}
+def one_level(op: Transform) -> str | None:
+    """Where the backends can differ by a level after ``op`` (None: nowhere), from the operation's
+    declared tolerances: ``TOLERANCE`` on DALI's CPU operators, ``gpu_tolerance()`` on its GPU kernels
+    (the fallback's Resize and RandomResizedCrop are bit-exact with DALI's CPU fn.resize, not its GPU)."""
+    if (op.TOLERANCE or 0) >= 1:
+        return "DALI's CPU and GPU operators"
+    if (op.gpu_tolerance() or 0) >= 1:
+        return "the GPU"
+    return None
+
+
 _WARNED: set[tuple[str, str]] = set()
 
 
-def _warn_amplification(ops: tuple[Transform, ...]) -> None:
-    """Warn (once per pair of operation types and process) when CLAHE comes after an operation of
-    :data:`_ONE_LEVEL`: a 1-level difference between the backends then becomes several (measured: up
-    to 14 levels; on tiles of a few pixels CLAHE maps by rank, up to 255 * k / pixels per tile).
+def warn_amplification(ops: tuple[Transform, ...]) -> None:
+    """Warn (once per pair of operation types and process) when CLAHE comes after an operation of a
+    declared tolerance of 1 level or more (:func:`one_level`): a 1-level difference between the
+    backends then becomes several (measured: up to 14 levels; on tiles of a few pixels CLAHE maps by rank, up to 255 * k / pixels per tile).
     A ColorJitter multiplies a difference by its gain only (3 levels at contrast 2-3, measured) and
     does not warn: torchvision's own recipe puts ColorJitter(0.4, 0.4, 0.4) after RandomResizedCrop,
     and a warning on every such recipe would teach users to ignore it (docs: concepts/equivalence, "Compositions")."""
@@ -39,13 +45,13 @@ def _warn_amplification(ops: tuple[Transform, ...]) -> None:
             continue
         for i, src in enumerate(ops[:j]):
             name = type(src).__name__
-            if name in _ONE_LEVEL and not src.is_identity and (type(amp).__name__, name) not in _WARNED:
+            if one_level(src) is not None and not src.is_identity and (type(amp).__name__, name) not in _WARNED:
                 pairs.append((i, j))
     if not pairs:
         return
     _WARNED.update((type(ops[j]).__name__, type(ops[i]).__name__) for i, j in pairs)
     said = "; ".join(f"{type(ops[j]).__name__} (ops[{j}]) after {type(ops[i]).__name__} (ops[{i}]), which can differ "
-                     f"by 1 level on {_ONE_LEVEL[type(ops[i]).__name__]}" for i, j in pairs)
+                     f"by 1 level on {one_level(ops[i])}" for i, j in pairs)
     warnings.warn(f"AugmentSpec.ops: {said}. CLAHE amplifies such a difference between the DALI and fallback "
                   "backends (measured up to 14 levels; more on images of a few pixels per CLAHE tile): see the docs, "
                   "concepts/equivalence, 'Compositions'. Put Clahe before that operation to keep the backends equal.", AmplificationWarning,

@@ -13,7 +13,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from .amplification import AmplificationWarning, _warn_amplification  # noqa: F401 (AmplificationWarning: re-exported)
+from .amplification import AmplificationWarning, warn_amplification  # noqa: F401 (AmplificationWarning: re-exported)
 from ..errors import ConfigError
 from ..transforms import Clahe, ColorJitter, Grayscale, Normalize, RandomRotation, Resize, ToDtype, Transform
 from ..transforms.base import Param, uniforms
@@ -281,7 +281,7 @@ class AugmentSpec:
                               "of fixed size (Resize((h, w)), CenterCrop, RandomCrop or RandomResizedCrop), or pass "
                               "pad_batch= (variable-size batches padded to their largest image)")
         self._set("_out_size", size)
-        _warn_amplification(kept)
+        warn_amplification(kept)
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
@@ -353,7 +353,7 @@ class AugmentSpec:
         for k, op in enumerate(self.transforms):
             if op.is_identity:
                 continue
-            return k if getattr(op, "REGION", False) else None
+            return k if op.REGION else None
         return None
 
     def eval(self) -> AugmentSpec:

@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 
 from ..errors import ColorDroppedWarning
-from ..formats.jpeg import read_frame_header
+from ..formats.registry import read_header
 
 PROBED = 16  # files whose headers are read: one per class first, then spread over the index
 _HEAD = 65536  # bytes read from each: the frame header comes before the scan data
@@ -34,15 +34,15 @@ def probe_positions(labels: np.ndarray, limit: int = PROBED) -> list[int]:
 
 
 def colour_files(index, positions) -> list[str]:
-    """The relative paths among ``positions`` whose JPEG frame header declares 3 components."""
+    """The relative paths among ``positions`` whose image header declares 3 channels."""
     found = []
     for p in positions:
         try:
             with open(index.abspath(p), "rb") as f:
-                header = read_frame_header(f.read(_HEAD))
+                header = read_header(f.read(_HEAD))
         except OSError:
             continue  # the loader reports unreadable files where they are read, with their own errors
-        if header is not None and header.components == 3:
+        if header is not None and header.channels == 3:
             found.append(index.paths[p])
     return found
 

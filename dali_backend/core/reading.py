@@ -1,10 +1,11 @@
 """Reading a sample's bytes at run time, with the checks and the replacement rule both backends share.
 
 A file can change or vanish after indexing. Before bytes reach a decoder (DALI's cannot skip a bad
-sample: the whole pipeline dies), cheap checks run: the size equals the indexed size, the data starts
+sample: the whole pipeline dies), cheap checks run: the size equals the indexed size, then the served
+check of the format the bytes name (:mod:`dali_backend.formats.registry`; for JPEG: the data starts
 with SOI, its headers hold nothing the index refuses (a frame type, precision or EXIF layout the two
 backends' decoders cannot both read alike: :func:`~dali_backend.formats.jpeg.header_refusal`), its frame
-header declares the indexed width and height, and an end-of-image marker follows. That one rule
+header declares the indexed width and height, and an end-of-image marker follows). That one rule
 (:meth:`SampleReader.problem`) judges whatever served the bytes: a file, a shard member, an object,
 a disk-cache entry (one that fails it is dropped and the source read instead) or the RAM cache.
 ``on_error="raise"`` turns a failure into
@@ -36,7 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import BadImageError, ConfigError
-from ..formats.jpeg import EOI, SOI, header_refusal
+from ..formats import registry
 from ..storage.cache import DiskCache
 
 log = logging.getLogger("dali_backend")
@@ -344,15 +345,9 @@ class SampleReader:
         data = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else data
         if data.size != self.sizes[i]:
             return f"file changed since indexing (size {self.sizes[i]} -> {data.size} bytes)"
-        if data[:2].tobytes() != SOI:
-            return "no JPEG signature"
         indexed = None if self.frames is None else (self.frames[0][i], self.frames[1][i])
-        refusal = header_refusal(data, indexed)  # same size, other headers or frame size: not the indexed image
-        if refusal:
-            return refusal
-        if data[-2:].tobytes() != EOI and data.tobytes().find(EOI) < 0:
-            return "truncated (no end-of-image marker)"
-        return None
+        fmt = registry.sniff(data[:16], self.rel(i))  # its name speaks for unclaimed bytes
+        return "no registered image format's signature" if fmt is None else fmt.served_refusal(data, indexed)
 
     def read(self, i: int, epoch: int | None = None) -> NDArray[np.uint8]:
         """Checked bytes of sample ``i`` (from the cache when there is one); raises :class:`BadImageError`."""

@@ -14,6 +14,7 @@ from typing import Literal
 from ..core.augment import AugmentSpec
 from ..transforms import GraphContext
 from ..errors import MissingDependencyError
+from ..formats import registry
 from .wire import DrawSource
 
 DALI_INSTALL_HINT = ("pip install nvidia-dali-cuda120 (CUDA 12 drivers) or nvidia-dali-cuda130 (CUDA 13); "
@@ -62,8 +63,9 @@ def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, de
         params: list[dict] = [{} for _ in ops]
         for (k, p), node in zip(wire, values):  # equal lengths: num_outputs=3 + len(wire) (DALI's autograph has no strict=)
             params[k][p.name] = node
-        # nvJPEG upsamples chroma differently from libjpeg-turbo unless asked for "fancy" upsampling
-        decode_args = {"hw_decoder_load": hw_decoder_load, "jpeg_fancy_upsampling": True} if gpu else {}
+        # each registered format's decoder settings (JPEG: fancy upsampling on nvJPEG, as libjpeg-turbo)
+        decode_args = {"hw_decoder_load": hw_decoder_load, **registry.dali_decoder_args(True)} if gpu \
+            else registry.dali_decoder_args(False)
         decode_args.update(device="mixed" if gpu else "cpu", output_type=types.GRAY if spec.color == "gray" else types.RGB)
         shape = fn.peek_image_shape(jpegs, dtype=types.INT32)  # after EXIF orientation, like the decoder
         ctx = GraphContext(gpu=gpu, channels=spec.channels, hw=(shape[0], shape[1]))

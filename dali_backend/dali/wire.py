@@ -28,7 +28,7 @@ import numpy as np
 from ..core.augment import AugmentSpec
 from ..core.boundary import BadDraw, Kind, Params, plain_params
 from ..errors import BadImageError
-from ..formats.jpeg import decoded_size
+from ..formats.registry import decoded_size
 from ..core.reading import SERVED_BAD, ClipTable, OnError, SampleReader
 from .workers import become_worker
 
@@ -289,7 +289,7 @@ class DrawSource:
                 size = decoded_size(data) if self.spec.needs_size else None
                 if size is None and self.spec.needs_size:
                     raise BadImageError(self.reader.path(served), served, int(self.reader.labels[served]), epoch,
-                                        "no JPEG frame header found, so its size-dependent operations cannot be drawn")
+                                        "no image header found, so its size-dependent operations cannot be drawn")
                 label = int(self.reader.labels[served])
                 p = self.spec.make_params(self.reader.seed, epoch, position, size)
             except BadImageError as e:

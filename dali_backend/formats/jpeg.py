@@ -14,10 +14,12 @@ its bottom rows flat grey), passes these checks; only ``verify="decode"`` at ind
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+
+from .files import NotRegularFileError, file_kind, not_regular_reason, open_regular  # noqa: F401 (re-exported)
+from .registry import DEFAULT_MAX_PIXELS, HEAD_BYTES, Decoding, Header, ImageFormat, check_file, register  # noqa: F401
+from .registry import Check as JpegCheck  # the registry's check outcome (the name every caller knows)
 
 SOI = b"\xff\xd8"
 EOI = b"\xff\xd9"
@@ -35,20 +37,6 @@ _PROCESS = {0xC0: "baseline", 0xC1: "extended sequential", 0xC2: "progressive", 
 # Processes both decoders read, at 8-bit precision with 1 or 3 components, in gray and in colour.
 _READABLE_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC9, 0xCA})
 _LOSSLESS_SOF = 0xC3
-DEFAULT_MAX_PIXELS = 100_000_000
-
-
-@dataclass(frozen=True)
-class JpegCheck:
-    """Outcome of :func:`check_jpeg`: ``reason`` is None for an acceptable file."""
-
-    reason: str | None
-    width: int = 0
-    height: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.reason is None
 
 
 def _describe_start(head: bytes) -> str:
@@ -61,59 +49,9 @@ def _describe_start(head: bytes) -> str:
     return f"no JPEG signature (starts with {head[:4].hex(' ')})"
 
 
-HEAD_BYTES = 65536
-
-
 def check_jpeg_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> JpegCheck:
     """Validate a whole encoded JPEG held in memory (see :func:`check_jpeg`)."""
     return _check(data, len(data), max_pixels, lambda end: data, data[-2:])
-
-
-_KINDS = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
-          (stat.S_ISBLK, "block device"), (stat.S_ISDIR, "directory"))
-
-
-def file_kind(mode: int) -> str:
-    """``"regular"``, or what else an ``st_mode`` describes (``"FIFO"``, ``"socket"``, ...)."""
-    if stat.S_ISREG(mode):
-        return "regular"
-    return next((name for test, name in _KINDS if test(mode)), "special file")
-
-
-def not_regular_reason(mode: int) -> str | None:
-    """The rejection reason for a non-regular file (``"not a regular file (FIFO)"``), or None."""
-    kind = file_kind(mode)
-    return None if kind == "regular" else f"not a regular file ({kind})"
-
-
-class NotRegularFileError(OSError):
-    """Raised by :func:`open_regular` for a FIFO, socket, device or directory."""
-
-
-def open_regular(path: str | os.PathLike) -> BinaryIO:
-    """Open ``path`` for reading only if it is a regular file (after following symlinks).
-
-    A FIFO named ``x.jpg`` would block ``open()`` forever (even Ctrl-C cannot interrupt it), and
-    reading a device has side effects, so the type is checked with ``stat`` before opening, and again
-    on the open descriptor (opened non-blocking) in case the file was swapped in between.
-
-    Raises:
-        NotRegularFileError: the path is not a regular file; the message is the rejection reason.
-        OSError: the file cannot be stat'ed or opened.
-    """
-    reason = not_regular_reason(os.stat(path).st_mode)
-    if reason:
-        raise NotRegularFileError(reason)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-                 | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
-    try:
-        reason = not_regular_reason(os.fstat(fd).st_mode)
-        if reason:
-            raise NotRegularFileError(reason)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def check_jpeg(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_PIXELS) -> JpegCheck:
@@ -127,25 +65,7 @@ def check_jpeg(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_PIXELS) ->
     Returns:
         A :class:`JpegCheck`; ``reason`` says what is wrong (empty, not a JPEG, truncated, ...).
     """
-    try:
-        with open_regular(path) as f:
-            size = os.fstat(f.fileno()).st_size
-            head = f.read(HEAD_BYTES)
-            if len(head) >= size:
-                return _check(head, len(head), max_pixels, lambda end: head, head[-2:])
-
-            f.seek(size - 2)
-            tail = f.read(2)
-
-            def load(end: int | None) -> bytes:  # a local file: all of it (headers past 64 KB are rare)
-                f.seek(0)
-                return f.read()
-
-            return _check(head, size, max_pixels, load, tail)
-    except NotRegularFileError as e:
-        return JpegCheck(str(e))
-    except OSError as e:  # permissions, vanished, I/O error
-        return JpegCheck(f"unreadable ({type(e).__name__}: {e.strerror or e})")
+    return check_file(path, max_pixels, only="jpeg")
 
 
 class _Malformed(Exception):
@@ -428,3 +348,33 @@ def decoded_size(data: bytes | memoryview) -> tuple[int, int] | None:
     if header is None:
         return None
     return (header.width, header.height) if header.orientation >= 5 else (header.height, header.width)
+
+
+def read_header(data: bytes | memoryview) -> Header | None:
+    """The registry's header of JPEG ``data``: frame size, components, precision, EXIF orientation."""
+    frame = read_frame_header(data)
+    if frame is None:
+        return None
+    return Header(frame.width, frame.height, frame.components, frame.precision, frame.orientation)
+
+
+def served_refusal(data: bytes | memoryview, indexed: tuple[int, int] | None = None) -> str | None:
+    """The run-time check of served bytes: the signature, :func:`header_refusal`, an end-of-image marker."""
+    data = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else data
+    if bytes(data[:2]) != SOI:
+        return "no JPEG signature"
+    refusal = header_refusal(data, indexed)  # same size, other headers or frame size: not the indexed image
+    if refusal:
+        return refusal
+    if bytes(data[-2:]) != EOI and bytes(data).find(EOI) < 0:
+        return "truncated (no end-of-image marker)"
+    return None
+
+
+# The registry's first entry. DALI: nvJPEG upsamples chroma differently from libjpeg-turbo unless asked
+# for "fancy" upsampling; OpenCV: libjpeg-turbo, EXIF orientation applied, as DALI's CPU decoder.
+JPEG = register(ImageFormat(
+    name="jpeg", magic=(SOI,), extensions=(".jpg", ".jpeg"), read_header=read_header, check=_check,
+    served_refusal=served_refusal,
+    decoding=Decoding(dali_gpu={"jpeg_fancy_upsampling": True},
+                      opencv={"gray": "IMREAD_GRAYSCALE", "rgb": "IMREAD_COLOR"})))

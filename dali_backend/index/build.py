@@ -13,11 +13,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import ConfigError, IndexBuildError, ManifestError
-from ..formats.jpeg import DEFAULT_MAX_PIXELS, check_jpeg, not_regular_reason
+from ..formats import registry
+from ..formats.jpeg import DEFAULT_MAX_PIXELS, not_regular_reason
 from ..core.labelling import KeywordRules
 from .manifest import _path_as_written, _read_manifest
 from .parallel import map_in_chunks
-from .options import JPEG_EXTENSIONS, Verify, _capped, _opt
+from .options import Verify, _capped, _opt
 from .report import _nothing_indexed, _reject_same_file_twice, _shared_identities
 from .verify import _decode_check
 from .walk import (Rejected, _Candidates, _count, _follow_symlinks_hint, _is_inside, _norm_rel, _refuse_split_layout,
@@ -50,7 +51,7 @@ def folder_candidates(root: str | os.PathLike, split: str | None, classes: Seque
     for entry in sorted(os.scandir(base), key=lambda e: e.name):
         if not entry.is_dir():
             rel = _norm_rel(os.path.relpath(entry.path, root_path))
-            if entry.name.lower().endswith(JPEG_EXTENSIONS) and not entry.name.startswith("."):
+            if registry.is_image_name(entry.name) and not entry.name.startswith("."):
                 cand.rejected.append(Rejected(rel, "not inside a class folder; move it into <root>/<class>/"))
             else:
                 cand.ignore(entry.name, rel)
@@ -157,13 +158,13 @@ class FileChecks:
 
     def check(self, i: int, st: os.stat_result) -> None:
         """Check candidate ``i`` once stat'ed: a regular file (a FIFO would block the first open()
-        forever), its JPEG headers, and a decode for ``verify="decode"``."""
+        forever), its image headers (the format its bytes name), and a decode for ``verify="decode"``."""
         reason = not_regular_reason(st.st_mode)
         if reason or self.verify == "none":
             self.reasons[i] = reason
             return
         full = os.path.join(self.root, self.paths[i])
-        res = check_jpeg(full, self.max_pixels)
+        res = registry.check_file(full, self.max_pixels)
         self.cols[i, 2], self.cols[i, 3] = res.width, res.height
         self.reasons[i] = _decode_check(full) if res.reason is None and self.verify == "decode" else res.reason
 

@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 from ..errors import ConfigError
 from ..formats.jpeg import DEFAULT_MAX_PIXELS
 from ..core.labelling import DEFAULT_KEYWORDS, KeywordRules
-from ..storage import urls
+from ..storage import stores
 from ..util.strings import StringTable
 from . import remote
 from .build import check_candidates, folder_candidates, keyword_candidates, manifest_candidates
@@ -91,7 +91,7 @@ class SampleIndex:
         if n and (fixed["labels"].min() < 0 or fixed["labels"].max() >= len(classes)):
             raise ConfigError(f"SampleIndex: labels must lie in [0, {len(classes) - 1}] for classes {classes}")
         sa = object.__setattr__
-        sa(self, "root", urls.normalize(root) if urls.is_url(root) else str(Path(root).absolute()))
+        sa(self, "root", stores.normal_root(root))
         sa(self, "_paths", paths)
         sa(self, "classes", classes)
         for name, a in fixed.items():
@@ -153,15 +153,13 @@ class SampleIndex:
     @property
     def is_remote(self) -> bool:
         """Whether the root is an object-storage URL."""
-        return urls.is_url(self.root)
+        return stores.is_remote(self.root)
 
     def bucket(self):
-        """The :class:`~dali_backend.storage.client.Bucket` of a URL root (None for a folder)."""
+        """The store of a URL root (:func:`~dali_backend.storage.stores.open_store`; None for a folder)."""
         if not self.is_remote:
             return None
-        from ..storage.client import Bucket
-
-        return Bucket(self.root, self.storage_options)
+        return stores.open_store(self.root, self.storage_options)
 
     def class_counts(self) -> NDArray[np.int64]:
         """Number of samples per class, in the order of :attr:`classes`."""
@@ -230,7 +228,7 @@ class SampleIndex:
         """
         source = source_of("folder", split=split, classes=classes, allow_outside_symlinks=allow_outside_symlinks,
                            verify=verify, max_pixels=max_pixels)
-        if urls.is_url(root):
+        if stores.is_remote(root):
             return cls._validated_remote(*remote.folder_candidates(root, split, classes, storage_options), verify,
                                          max_pixels, workers, progress, storage_options, source)
         _local_only(storage_options)
@@ -255,7 +253,7 @@ class SampleIndex:
         words = {**kw._word_to_class, **kw._text_to_class}
         source = source_of("keywords", rules={c: sorted(w for w, k in words.items() if k == c) for c in kw.classes},
                            allow_outside_symlinks=allow_outside_symlinks, verify=verify, max_pixels=max_pixels)
-        if urls.is_url(root):
+        if stores.is_remote(root):
             return cls._validated_remote(*remote.keyword_candidates(root, kw, storage_options), verify, max_pixels,
                                          workers, progress, storage_options, source)
         _local_only(storage_options)
@@ -309,7 +307,7 @@ class SampleIndex:
         source = source_of("manifest", manifest=os.path.abspath(path), split=split, classes=classes,
                            path_column=path_column, label_column=label_column, split_column=split_column,
                            encoding=encoding, verify=verify, max_pixels=max_pixels)
-        if root is not None and urls.is_url(root):
+        if root is not None and stores.is_remote(root):
             built = remote.manifest_candidates(path, root, split, classes, path_column, label_column, split_column,
                                                encoding, storage_options)
             return cls._validated_remote(*built, verify, max_pixels, workers, progress, storage_options, source)

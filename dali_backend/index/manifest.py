@@ -14,7 +14,7 @@ from pathlib import Path
 from ..errors import ConfigError, ManifestError
 from ..formats.jpeg import open_regular
 
-from .options import JPEG_EXTENSIONS
+from ..formats.registry import extensions
 
 from .options import _name, _opt
 
@@ -28,7 +28,7 @@ LABEL_COLUMNS = ("label", "class", "class_name", "classname", "target", "categor
 SPLIT_COLUMNS = ("split", "subset", "set", "fold", "partition", "phase")
 
 
-def _column_name(cell: str) -> str:
+def column_name(cell: str) -> str:
     return cell.strip().lower().replace(" ", "_").replace("-", "_")
 
 
@@ -41,7 +41,7 @@ def _line_of(text: str, pos: int) -> int:
 LEGACY_ENCODINGS = ("gbk", "cp1252")
 
 
-def _manifest_text(path: Path, encoding: str | None = None) -> str:
+def manifest_text(path: Path, encoding: str | None = None) -> str:
     """The manifest's text, decoded as UTF-8 (a byte-order mark is skipped; a UTF-16 one means UTF-16) or
     as ``encoding``.
 
@@ -107,7 +107,7 @@ def _read_manifest(path: Path, split: str | None, root: Path | None = None, path
                    label_column: str | None = None, split_column: str | None = None,
                    encoding: str | None = None) -> list[tuple[str, str, str]]:
     """``(where, path, label)`` rows of a JSON or CSV manifest; ``where`` is ``"line N"``."""
-    text = _manifest_text(path, encoding)
+    text = manifest_text(path, encoding)
     if path.suffix.lower() == ".json":
         if path_column or label_column or split_column:
             given = ", ".join(o for o in (_opt(k) for k, v in (("path_column", path_column), ("label_column", label_column),
@@ -161,7 +161,7 @@ def _json_key_line(text: str, key: str, occurrence: int = 1) -> int | str:
     return "?"
 
 
-def _csv_records(path: Path, text: str) -> Iterator[tuple[int, list[str]]]:
+def csv_records(path: Path, text: str) -> Iterator[tuple[int, list[str]]]:
     """``(line, row)`` for every CSV record with a non-blank cell; ``line`` is where the record starts.
 
     A CSV error (most often a quote opened and never closed, which swallows the rest of the file
@@ -208,33 +208,33 @@ def _path_as_written(root: Path, rel: str) -> str:
 
 def _read_csv_manifest(path: Path, text: str, split: str | None, root: Path | None, path_column: str | None,
                        label_column: str | None, split_column: str | None) -> list[tuple[str, str, str]]:
-    reader = _csv_records(path, text)
+    reader = csv_records(path, text)
     first = next(reader, None)
     if first is None:
         return []
     line1, head = first
     second = next(reader, None)
     reader = itertools.chain([second] if second is not None else [], reader)
-    names = [_column_name(c) for c in head]
+    names = [column_name(c) for c in head]
     asked = {k: v for k, v in (("path_column", path_column), ("label_column", label_column),
                                ("split_column", split_column)) if v is not None}
 
     def find(wanted: str | None, synonyms: tuple[str, ...], arg: str) -> int | None:
         if wanted is not None:
-            if _column_name(wanted) not in names:
+            if column_name(wanted) not in names:
                 raise ManifestError(f"{path}: {_name(arg, wanted)} is not a column of the header on line {line1} "
                                     f"(columns: {', '.join(repr(c) for c in head)})")
-            return names.index(_column_name(wanted))
+            return names.index(column_name(wanted))
         return next((names.index(n) for n in synonyms if n in names), None)
 
     def is_file_cell(cell: str) -> bool:
         cell = cell.strip()
-        return _column_name(cell).endswith(JPEG_EXTENSIONS) or (
+        return column_name(cell).endswith(extensions()) or (
             root is not None and bool(cell) and os.path.exists(os.path.join(root, cell)))
 
     p_i, l_i, s_i = (find(path_column, PATH_COLUMNS, "path_column"), find(label_column, LABEL_COLUMNS, "label_column"),
                      find(split_column, SPLIT_COLUMNS, "split_column"))
-    looks_like_data = any(_column_name(c).endswith(JPEG_EXTENSIONS) for c in head) or (
+    looks_like_data = any(column_name(c).endswith(extensions()) for c in head) or (
         root is not None and bool(head[0].strip()) and os.path.exists(os.path.join(root, head[0].strip())))
     header = bool(asked) or (not looks_like_data and (p_i is not None or l_i is not None))
     # the columns to name: the data row under the header shows which column holds file names

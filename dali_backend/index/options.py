@@ -14,9 +14,11 @@ from typing import Literal
 
 
 
+from ..formats.jpeg import JPEG
+
 log = logging.getLogger("dali_backend")
 
-JPEG_EXTENSIONS = (".jpg", ".jpeg")
+JPEG_EXTENSIONS = JPEG.extensions  # the JPEG entry of the format registry (the index takes every entry's)
 NOT_JPEG = "not .jpg/.jpeg"  # why a file with another extension is ignored
 # Files this package writes into data folders (dali_backend/core/synthetic.py's cache marker): never
 # reported as ignored user files.

@@ -29,13 +29,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import ConfigError, IndexBuildError, ManifestError, StorageError
-from ..formats.jpeg import DEFAULT_MAX_PIXELS, JpegCheck, _check, check_jpeg_bytes
+from ..formats import registry
+from ..formats.registry import DEFAULT_MAX_PIXELS
 from ..core.labelling import KeywordRules
 from ..util.progress import track
 from ..storage import urls
+from ..storage import stores
 from ..storage.client import Bucket, ObjectChanged, ObjectInfo, ObjectMissing, Unreachable
 from .manifest import _read_manifest
-from .options import JPEG_EXTENSIONS, PACKAGE_FILES, Verify, _capped, _opt
+from .options import PACKAGE_FILES, Verify, _capped, _opt
 from .report import _nothing_indexed
 from .verify import decode_check_bytes
 from .walk import (Rejected, _Candidates, _count, _refuse_split_layout, class_folders, keyword_labelled,
@@ -90,7 +92,7 @@ class _Listing:
                     cand.ignore(parts[hidden], at)
                 continue
             name = parts[-1]
-            if name.lower().endswith(JPEG_EXTENSIONS):
+            if registry.is_image_name(name):
                 cand.paths.append(rel)
                 cand.labels.append(label)
             else:
@@ -100,7 +102,7 @@ class _Listing:
 def folder_candidates(url: str, split: str | None, classes: Sequence[str] | None,
                       storage_options: Mapping | None) -> RemoteBuilt:
     """``url/<class>/**`` (or ``url/<split>/<class>/**``): :func:`.build.folder_candidates` for a bucket."""
-    bucket = Bucket(url, storage_options)
+    bucket = stores.open_store(url, storage_options)
     root = bucket.root
     listing = _Listing(bucket)
     base = ""
@@ -119,7 +121,7 @@ def folder_candidates(url: str, split: str | None, classes: Sequence[str] | None
     cand = _Candidates([], [], [], Counter())
     for rel in sorted(listing.files_in(base)):
         name = rel.rsplit("/", 1)[-1]
-        if name.lower().endswith(JPEG_EXTENSIONS) and not name.startswith("."):
+        if registry.is_image_name(name) and not name.startswith("."):
             cand.rejected.append(Rejected(rel, "not inside a class folder; move it into <root>/<class>/"))
         elif name not in PACKAGE_FILES:
             cand.ignore(name, rel)
@@ -134,7 +136,7 @@ def keyword_candidates(url: str, rules: Mapping[str, Sequence[str]] | KeywordRul
                        storage_options: Mapping | None) -> RemoteBuilt:
     """Every JPEG below ``url``, labelled by keywords: :func:`.build.keyword_candidates` for a bucket."""
     kw = rules if isinstance(rules, KeywordRules) else KeywordRules(rules)
-    bucket = Bucket(url, storage_options)
+    bucket = stores.open_store(url, storage_options)
     listing = _Listing(bucket)
     found = _Candidates([], [], [], Counter())
     listing.walk("", found, 0)
@@ -147,11 +149,11 @@ def manifest_candidates(path: str | Path, url: str, split: str | None, classes: 
                         encoding: str | None, storage_options: Mapping | None) -> RemoteBuilt:
     """The objects a (local) manifest lists, relative to the URL root ``url``: see
     :meth:`SampleIndex.from_manifest`. Nothing is listed: each entry is checked on its own."""
-    if urls.is_url(str(path)):
+    if stores.is_remote(str(path)):
         raise ManifestError(f"manifest {str(path)!r}: a manifest is read from a local file; download it first "
                             f"(the paths in it may be relative to a URL root: pass {_opt('root')} the s3:// URL)")
     mpath = Path(path)
-    bucket = Bucket(url, storage_options)
+    bucket = stores.open_store(url, storage_options)
     rows = _read_manifest(mpath, split, None, path_column, label_column, split_column, encoding)
     outside, entries = [], []
     seen: dict[str, tuple[str, str]] = {}
@@ -185,7 +187,7 @@ def check_object(bucket: Bucket, rel: str, info: ObjectInfo | None, verify: Veri
         etag = info.etag or None
         if verify == "decode":
             data, got = bucket.get(rel, etag)
-            res = check_jpeg_bytes(data, max_pixels)
+            res = registry.check_bytes(data, max_pixels, rel)
             reason = res.reason or decode_check_bytes(data)
             return reason, got, res.width, res.height
         head, got = bucket.get(rel, etag, 0, min(HEAD_RANGE, info.size))
@@ -204,7 +206,7 @@ def check_object(bucket: Bucket, rel: str, info: ObjectInfo | None, verify: Veri
             head = head + more
             return head
 
-        res: JpegCheck = _check(head, info.size, max_pixels, load, tail)
+        res = registry.check_head(head, info.size, max_pixels, load, tail, rel)
         return res.reason, info, res.width, res.height
     except ObjectMissing:
         return "missing file", info, 0, 0

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from ..errors import IndexBuildError
 
-from .options import JPEG_EXTENSIONS, NOT_JPEG, PACKAGE_FILES
+from ..formats import registry
+from .options import NOT_JPEG, PACKAGE_FILES
 
 from .options import _index_first, _name, _opt
 
@@ -131,7 +132,7 @@ def _walk_jpegs(top: str, root: str, root_real: str, allow_outside_symlinks: boo
                 continue
             visited.add(target)
             stack.append((iter(_sorted_entries(entry.path, root, cand)), target))
-        elif name.lower().endswith(JPEG_EXTENSIONS):
+        elif registry.is_image_name(name):
             cand.paths.append(rel)
             cand.labels.append(label)
         else:

@@ -152,24 +152,24 @@ class Sequences:
             ConfigError: frames of the index without a row, a frame number twice in one sequence.
         """
         from ..index import SampleIndex
-        from ..index.manifest import PATH_COLUMNS, _column_name, _csv_records, _manifest_text
+        from ..index.manifest import PATH_COLUMNS, column_name, csv_records, manifest_text
 
         if not isinstance(index, SampleIndex):
             raise ConfigError(f"Sequences.from_manifest: index must be a SampleIndex, got {type(index).__name__}")
         path = Path(path)
-        records = _csv_records(path, _manifest_text(path, encoding))
+        records = csv_records(path, manifest_text(path, encoding))
         first = next(records, None)
         if first is None:
             raise ManifestError(f"{path}: the manifest is empty; it needs a header with a path column, "
                                 f"{sequence_column!r} and {frame_column!r}")
         line1, head = first
-        names = [_column_name(c) for c in head]
+        names = [column_name(c) for c in head]
 
         def column(wanted: str, arg: str) -> int:
-            if _column_name(wanted) not in names:
+            if column_name(wanted) not in names:
                 raise ManifestError(f"{path}: {arg}={wanted!r} is not a column of the header on line {line1} "
                                     f"(columns: {', '.join(repr(c) for c in head)}); pass {arg}= naming it")
-            return names.index(_column_name(wanted))
+            return names.index(column_name(wanted))
 
         s_i, f_i = column(sequence_column, "sequence_column"), column(frame_column, "frame_column")
         if path_column is not None:

@@ -30,6 +30,7 @@ from ..errors import ConfigError
 from ..index import SampleIndex, write_atomic
 from ..index.shards import Shards
 from ..core.reading import SampleReader
+from ..formats.registry import sniff
 from ..util.strings import StringTable
 
 DEFAULT_SHARD_BYTES = 256 << 20
@@ -80,7 +81,7 @@ def pack(index: SampleIndex, out: str | os.PathLike, shard_bytes: int = DEFAULT_
             while i < n and (held < shard_bytes or i == start):
                 data = bytes(reader.read(i))
                 key = f"{i:08d}"
-                info = _member(f"{key}.jpg", len(data))
+                info = _member(key + sniff(data[:16]).extensions[0], len(data))  # read checked: a format claims it
                 tar.addfile(info, io.BytesIO(data))  # header, then the data padded to 512-byte blocks
                 ids[i], offsets[i] = sid, tar.offset - -(-len(data) // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
                 label = str(int(index.labels[i])).encode()

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Literal
+from typing import Any, Callable, ClassVar, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -39,6 +39,7 @@ AUG_STREAM = 0xA06  # separates augmentation draws from the sampler's streams of
 Size = tuple[int, int]  # (height, width)
 OpKind = Literal["geometric", "photometric", "output", "batch"]  # what an operation does (not boundary.Kind)
 REGISTRY: dict[str, type[Transform]] = {}
+KERNELS: dict[tuple[type[Transform], str], Callable[..., Any]] = {}  # (operation, input kind) -> kernel
 
 
 @dataclass(frozen=True)
@@ -160,16 +161,23 @@ class Transform:
     runs on the batch; ``"batch"``: runs on the normalised batch tensor, after every pixel operation and
     ``Normalize``, with the same code on every backend (:meth:`apply_batch`; torchvision's
     RandomErasing), ``PARAMS`` (the per-draw parameters), ``UNIFORMS`` (uniforms per draw),
-    ``NEEDS_SIZE`` (whether :meth:`sample` reads the image size), ``WHOLE_IMAGE`` (its result at a
-    pixel depends on distant pixels, so a region decode may not move in front of it),
-    ``CONDITIONALS`` (its DALI fragment uses per-sample ``if``).
+    ``NEEDS_SIZE`` (whether :meth:`sample` reads the image size), ``REGION`` (a crop whose window
+    always lies inside the image, so the DALI decoder may produce it alone), ``CONDITIONALS`` (its DALI
+    fragment uses per-sample ``if``), ``TORCHVISION`` (the torchvision class names it reproduces, with
+    a ``from_torchvision`` classmethod), ``TOLERANCE`` / ``GPU_TOLERANCE`` (the largest difference its
+    two backends may show on DALI's CPU / GPU operators).
+
+    Targets: the image kernel is :meth:`apply`; a kernel for another input kind (``"mask"``, ...) is
+    registered beside it with :func:`register_kernel` and found with :meth:`kernel_for`, as torchvision
+    v2 registers one kernel per (operation, input type). A target kind is new kernels, not new plumbing.
     """
 
     KIND: ClassVar[OpKind] = "photometric"
     PARAMS: ClassVar[tuple[Param, ...]] = ()
     UNIFORMS: ClassVar[int] = 0
     NEEDS_SIZE: ClassVar[bool] = False
-    WHOLE_IMAGE: ClassVar[bool] = False
+    REGION: ClassVar[bool] = False  # a crop the DALI decoder may produce alone (see AugmentSpec.region_crop)
+    TORCHVISION: ClassVar[tuple[str, ...]] = ()  # the torchvision transforms this operation reproduces
     CONDITIONALS: ClassVar[bool] = False  # its DALI fragment branches per sample (DALI conditionals)
     # Declared with each operation, read by the equivalence harness (bench.equivalence), the tests and the
     # docs table check: instances to compare the backends on (constructor calls, evaluated in
@@ -177,6 +185,14 @@ class Transform:
     # show against the fallback (None: realised outside the per-sample graph, nothing to compare).
     EXAMPLES: ClassVar[tuple[str, ...]] = ()
     TOLERANCE: ClassVar[int | None] = None
+    # The same bound on DALI's GPU operators (their resampling and rounding differ from the CPU's);
+    # None: as TOLERANCE. Read by the CLAHE amplification warning (dali_backend.core.amplification).
+    GPU_TOLERANCE: ClassVar[int | None] = None
+
+    @classmethod
+    def gpu_tolerance(cls) -> int | None:
+        """The largest difference in uint8 levels DALI's GPU operators may show against the fallback."""
+        return cls.TOLERANCE if cls.GPU_TOLERANCE is None else cls.GPU_TOLERANCE
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -238,6 +254,25 @@ class Transform:
         return type(self).__name__ + (f"({', '.join(parts)})" if parts else "")
 
     # ----------------------------------------------------------------- executors
+    @classmethod
+    def kernel_for(cls, kind: str) -> Callable[..., Any]:
+        """The kernel applying a draw's parameters to an input of ``kind`` (``"image"``: :meth:`apply`;
+        others: registered with :func:`register_kernel` for this class or a base class).
+
+        Raises:
+            ConfigError: no kernel for ``kind`` is registered for this operation.
+        """
+        if kind == "image":
+            return cls.apply
+        for klass in cls.__mro__:
+            fn = KERNELS.get((klass, kind))
+            if fn is not None:
+                return fn
+        known = sorted({"image"} | {k for (c, k) in KERNELS if issubclass(cls, c)})
+        raise ConfigError(f"{cls.__name__} has no kernel for input kind {kind!r} (it has: {', '.join(known)}); "
+                          f"register one with dali_backend.transforms.base.register_kernel({cls.__name__}, "
+                          f"{kind!r}, fn)")
+
     def apply(self, img: NDArray[np.uint8], params: dict[str, np.ndarray]) -> NDArray[np.uint8]:
         """The OpenCV/numpy implementation on a gray ``HxW`` or RGB ``HxWx3`` uint8 image."""
         raise NotImplementedError(f"{type(self).__name__} has no CPU implementation")
@@ -254,6 +289,23 @@ class Transform:
     def __repr__(self) -> str:
         args = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))  # type: ignore[arg-type]
         return f"{type(self).__name__}({args})"
+
+
+def register_kernel(op: type[Transform], kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Register ``fn(op_instance, data, params) -> data`` as ``op``'s kernel for inputs of ``kind``
+    (e.g. ``"mask"``: nearest, exact; a box rule for ``"boxes"``). Subclasses inherit it. Returns ``fn``.
+
+    Raises:
+        ConfigError: ``op`` is not an operation class, ``kind`` is ``"image"`` (that kernel is
+            :meth:`Transform.apply`) or already registered for ``op``.
+    """
+    if not (isinstance(op, type) and issubclass(op, Transform)):
+        raise ConfigError(f"register_kernel: op={op!r} is not an operation class (a Transform subclass)")
+    if kind == "image" or (op, kind) in KERNELS:
+        raise ConfigError(f"register_kernel({op.__name__}, {kind!r}): "
+                          + ("the image kernel is the class's apply()" if kind == "image" else "already registered"))
+    KERNELS[(op, kind)] = fn
+    return fn
 
 
 def _fmt(v) -> str:

@@ -130,7 +130,7 @@ class ColorJitter(Transform):
         import cv2
 
         if self.jitters:
-            lut = _jitter_lut(float(params["brightness"]), float(params["contrast"]), float(self.contrast_center))
+            lut = jitter_lut(float(params["brightness"]), float(params["contrast"]), float(self.contrast_center))
             if not (float(params["brightness"]) == 1.0 and float(params["contrast"]) == 1.0):
                 img = cv2.LUT(img, lut)
         if self.mixes and img.ndim == 3:
@@ -148,7 +148,7 @@ class ColorJitter(Transform):
         return images
 
 
-def _jitter_lut(brightness: float, contrast: float, center: float, ties: Literal["up", "even"] = "up") -> np.ndarray:
+def jitter_lut(brightness: float, contrast: float, center: float, ties: Literal["up", "even"] = "up") -> np.ndarray:
     """``b * (center + c * (x - center))`` for x in 0..255 as DALI's kernel evaluates it (float32,
     ``x * (b * c) + b * (center - c * center)``), rounded and clipped.
 
@@ -193,7 +193,6 @@ class GaussianBlur(Transform):
     sigma: float | tuple[float, float] = (0.1, 2.0)
 
     KIND = "photometric"
-    WHOLE_IMAGE = True
     PARAMS = (Param("sigma"),)
     UNIFORMS = 1
 
@@ -250,7 +249,6 @@ class Clahe(Transform):
 
     CONDITIONALS = True
     KIND = "photometric"
-    WHOLE_IMAGE = True
 
     def __post_init__(self):
         if not (isinstance(self.clip_limit, (int, float)) and self.clip_limit > 0 and math.isfinite(self.clip_limit)):

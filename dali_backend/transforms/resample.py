@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 Image = NDArray[np.uint8]  # HxW (gray) or HxWxC
 
 
-def _owned(img: Image) -> Image:
+def owned(img: Image) -> Image:
     """``img`` with positive strides: ``np.ascontiguousarray`` keeps a negative stride on an axis of
     length 1 (a flipped 1-pixel-wide image), which torch and OpenCV refuse."""
     return img.copy() if any(st < 0 for st in img.strides) else img
@@ -275,7 +275,7 @@ def resize(img: Image, height: int, width: int, antialias: bool = True) -> Image
         return img.copy()
     shape = img.shape[2:]
     channels = math.prod(shape)
-    img = np.ascontiguousarray(_owned(img))
+    img = np.ascontiguousarray(owned(img))
     ay, ax = _axis(h0, height, antialias), _axis(w0, width, antialias)
     # the cheaper way round (measured costs: a multiply-add 1, transposing a float 4.4, a byte 3.3 or
     # 2.7): columns first on the transposed image, which leaves the result upright, or rows first

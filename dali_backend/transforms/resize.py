@@ -32,7 +32,7 @@ def shorter_side_size(height: int, width: int, size: int, max_size: int | None) 
     return (new_long, new_short) if width <= height else (new_short, new_long)
 
 
-def _dali_resize(images, h, w, antialias: bool = True):
+def dali_resize(images, h, w, antialias: bool = True):
     from nvidia.dali import fn, types
 
     def arg(v):
@@ -41,8 +41,8 @@ def _dali_resize(images, h, w, antialias: bool = True):
     return fn.resize(images, resize_x=arg(w), resize_y=arg(h), antialias=antialias, interp_type=types.INTERP_LINEAR)
 
 
-def _cpu_resize(img: np.ndarray, h: int, w: int, antialias: bool = True) -> np.ndarray:
-    """:func:`_dali_resize` on the CPU: :func:`~dali_backend.transforms.resample.resize`, bit-exact with
+def cpu_resize(img: np.ndarray, h: int, w: int, antialias: bool = True) -> np.ndarray:
+    """:func:`dali_resize` on the CPU: :func:`~dali_backend.transforms.resample.resize`, bit-exact with
     DALI's CPU operator (``antialias=False`` too: DALI's plain linear filter, support 2)."""
     from .resample import resize  # OpenCV and torch: loaded when an image is resized, not with the contract
 
@@ -73,6 +73,7 @@ class Resize(Transform):
 
     EXAMPLES = ("Resize((40, 56))", "Resize(32)", "Resize((48, 64), letterbox=True)", "Resize(24, max_size=30)")
     TOLERANCE = 0
+    GPU_TOLERANCE = 1  # DALI's GPU resampling and rounding differ from its CPU kernels
 
     size: int | tuple[int, int]
     max_size: int | None = None
@@ -130,8 +131,8 @@ class Resize(Transform):
 
     def apply(self, img, params):
         if self.exact:
-            return _cpu_resize(img, *self.size, antialias=self.antialias)
-        inner = _cpu_resize(img, int(params["height"]), int(params["width"]), antialias=self.antialias)
+            return cpu_resize(img, *self.size, antialias=self.antialias)
+        inner = cpu_resize(img, int(params["height"]), int(params["width"]), antialias=self.antialias)
         if not self.letterbox:
             return inner
         (H, W), (nh, nw) = self.size, inner.shape[:2]
@@ -142,8 +143,8 @@ class Resize(Transform):
 
         if self.exact:
             ctx.hw = self.size
-            return _dali_resize(images, *self.size, antialias=self.antialias)
-        images = _dali_resize(images, params["height"], params["width"], antialias=self.antialias)
+            return dali_resize(images, *self.size, antialias=self.antialias)
+        images = dali_resize(images, params["height"], params["width"], antialias=self.antialias)
         if not self.letterbox:
             ctx.hw = (params["height"], params["width"])
             return images

@@ -23,7 +23,7 @@ def table() -> dict[str, Callable[[object], Transform | None]]:
     ``from_torchvision`` classmethod (the registry: a new operation declares itself, nothing here)."""
     out: dict[str, Callable[[object], Transform | None]] = {name: (lambda t: None) for name in PASS_THROUGH}
     for cls in REGISTRY.values():
-        for name in getattr(cls, "TORCHVISION", ()):
+        for name in cls.TORCHVISION:
             out[name] = cls.from_torchvision
     return out
 

@@ -1,5 +1,5 @@
 """Cutting a pixel window out of an image, padding with ``fill`` where it leaves the image: the one
-rule the crops and the letterbox use, on the CPU (:func:`crop`) and in DALI's graph (:func:`_dali_slice`)."""
+rule the crops and the letterbox use, on the CPU (:func:`crop`) and in DALI's graph (:func:`dali_slice`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def crop(img: np.ndarray, top: int, left: int, h: int, w: int, fill: float = 0) 
     return out
 
 
-def _dali_slice(images, start, shape, fill: float = 0.0):
+def dali_slice(images, start, shape, fill: float = 0.0):
     from nvidia.dali import fn
 
     return fn.slice(images, start=start, shape=shape, axis_names="HW", out_of_bounds_policy="pad",

@@ -10,7 +10,7 @@ import os
 
 import psutil
 
-_GONE = (psutil.NoSuchProcess, psutil.ZombieProcess)
+GONE = (psutil.NoSuchProcess, psutil.ZombieProcess)
 
 
 def dali_operator_cpu_seconds() -> float | None:
@@ -53,7 +53,7 @@ def process_memory_bytes(p: psutil.Process | int) -> int | None:
     if not isinstance(p, psutil.Process):
         try:
             p = psutil.Process(p)
-        except (*_GONE, psutil.AccessDenied):
+        except (*GONE, psutil.AccessDenied):
             return None
     try:
         pss = getattr(p.memory_full_info(), "pss", None)
@@ -61,11 +61,11 @@ def process_memory_bytes(p: psutil.Process | int) -> int | None:
             return int(pss)
     except psutil.AccessDenied:
         pass
-    except _GONE:
+    except GONE:
         return None
     try:
         return int(p.memory_info().rss)
-    except (*_GONE, psutil.AccessDenied):
+    except (*GONE, psutil.AccessDenied):
         return None
 
 
@@ -73,7 +73,7 @@ def process_cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of process ``pid`` so far; ``None`` when it is gone or unreadable."""
     try:
         t = psutil.Process(pid).cpu_times()
-    except (*_GONE, psutil.AccessDenied):
+    except (*GONE, psutil.AccessDenied):
         return None
     return t.user + t.system
 

@@ -155,7 +155,7 @@ def test_resize_equals_dalis_resize(src, dst):
     """The fallback's resize against DALI's own ``fn.resize`` (CPU operator), downscales and upscales:
     within 1 level, rarely (upscales tie more often: mean up to ~0.04 measured)."""
     pytest.importorskip("nvidia.dali")
-    from dali_backend.transforms.resize import _dali_resize
+    from dali_backend.transforms.resize import dali_resize
     from nvidia.dali import fn, pipeline_def, types
 
     rng = np.random.default_rng(list(src))
@@ -164,7 +164,7 @@ def test_resize_equals_dalis_resize(src, dst):
 
     @pipeline_def(batch_size=1, num_threads=1, device_id=None)
     def pipe():
-        return _dali_resize(fn.external_source(source=lambda: [hwc], layout="HWC", dtype=types.UINT8), *dst)
+        return dali_resize(fn.external_source(source=lambda: [hwc], layout="HWC", dtype=types.UINT8), *dst)
 
     p = pipe()
     p.build()

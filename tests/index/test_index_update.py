@@ -47,13 +47,13 @@ def change_files(data) -> dict[str, str]:
 def reads(monkeypatch):
     """The files whose headers are read (an update's checks are the build's: index.build.FileChecks)."""
     seen = []
-    real = build_module.check_jpeg
+    real = build_module.registry.check_file  # the format registry's index-time check
 
     def counting(path, max_pixels):
         seen.append(path)
         return real(path, max_pixels)
 
-    monkeypatch.setattr(build_module, "check_jpeg", counting)
+    monkeypatch.setattr(build_module.registry, "check_file", counting)
     return seen
 
 

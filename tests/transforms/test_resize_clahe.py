@@ -46,7 +46,7 @@ def dali_resize(images: list[np.ndarray], sizes: list[tuple[int, int]], antialia
     pytest.importorskip("nvidia.dali")
     from nvidia.dali import fn, pipeline_def, types
 
-    from dali_backend.transforms.resize import _dali_resize
+    from dali_backend.transforms.resize import dali_resize as resize_node
 
     hwc = [np.ascontiguousarray(im if im.ndim == 3 else im[:, :, None]) for im in images]
     hs = [np.array(h, np.int32) for h, _ in sizes]
@@ -55,7 +55,7 @@ def dali_resize(images: list[np.ndarray], sizes: list[tuple[int, int]], antialia
     @pipeline_def(batch_size=len(images), num_threads=1, device_id=None)
     def pipe():
         x = fn.external_source(source=lambda: hwc, layout="HWC", dtype=types.UINT8)
-        return _dali_resize(x, fn.external_source(source=lambda: hs), fn.external_source(source=lambda: ws), antialias)
+        return resize_node(x, fn.external_source(source=lambda: hs), fn.external_source(source=lambda: ws), antialias)
 
     p = pipe()
     p.build()
@@ -288,6 +288,8 @@ def fresh_warnings(monkeypatch):
      ["Clahe (ops[2]) after RandomResizedCrop (ops[0])"]),
     ([T.Resize((32, 32)), T.GaussianBlur(3), T.Clahe()],
      ["Clahe (ops[2]) after Resize (ops[0])", "Clahe (ops[2]) after GaussianBlur (ops[1])"]),
+    ([T.RandomAffine(10, translate=(0.1, 0.1)), T.CenterCrop(20), T.Clahe()],  # missing from the old hand list
+     ["Clahe (ops[2]) after RandomAffine (ops[0])", "CPU and GPU"]),
 ])
 def test_amplifying_lists_warn_once_naming_the_operations(fresh_warnings, op_list, named):
     with pytest.warns(augment.AmplificationWarning) as caught:
@@ -324,3 +326,24 @@ if __name__ == "__main__":
     for name, op_list in _compositions().items():
         s = measure(op_list)
         print(f"| `{name}` | {s['mean']:.4f} | {s['p999']:.0f} | {s['max']} ({s['worst'] or '-'}) | {100 * s['over2']:.2f}% |")
+
+
+def test_every_operation_declaring_a_level_of_tolerance_warns_before_clahe(fresh_warnings):
+    """The list is derived from the declared tolerances (TOLERANCE, GPU_TOLERANCE), not kept by hand:
+    every registered operation whose examples may differ by a level warns when CLAHE follows it."""
+    from dali_backend.transforms.base import REGISTRY
+    checked = 0
+    for cls in REGISTRY.values():
+        if not cls.EXAMPLES or cls is T.Clahe:
+            continue
+        op = eval(cls.EXAMPLES[0], vars(T))
+        if op.is_identity or op.KIND not in ("geometric", "photometric"):
+            continue
+        amplifies = max(cls.TOLERANCE or 0, cls.gpu_tolerance() or 0) >= 1
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            AugmentSpec(ops=[op, T.Clahe(), T.CenterCrop(8)])
+        said = [w for w in caught if issubclass(w.category, augment.AmplificationWarning)]
+        assert bool(said) == amplifies, (cls.__name__, [str(w.message) for w in said])
+        checked += amplifies
+    assert checked >= 5  # Resize, RandomResizedCrop, RandomRotation, GaussianBlur, RandomAffine

@@ -8,7 +8,7 @@ import pytest
 
 from bench.equivalence import run_transform_dali
 from dali_backend.transforms import ColorJitter
-from dali_backend.transforms.color import _jitter_lut
+from dali_backend.transforms.color import jitter_lut
 
 
 def exact_values(b: float, c: float, center: float = 128.0) -> np.ndarray:
@@ -19,7 +19,7 @@ def exact_values(b: float, c: float, center: float = 128.0) -> np.ndarray:
 
 @pytest.mark.parametrize("b, c", [(1.0, 1.5), (1.0, 0.5), (2.0, 0.75), (0.5, 1.0)])
 def test_the_two_tie_rules_differ_only_at_exact_ties_by_one_level(b, c):
-    up, even = _jitter_lut(b, c, 128.0, "up"), _jitter_lut(b, c, 128.0, "even")
+    up, even = jitter_lut(b, c, 128.0, "up"), jitter_lut(b, c, 128.0, "even")
     y = exact_values(b, c)
     ties = (y - np.floor(y) == 0.5) & (y > 0) & (y < 255)
     differ = up != even
@@ -47,4 +47,4 @@ def test_the_jitter_the_loaders_run_rounds_ties_like_dalis_cpu_kernel(color):
     got = run_transform_dali(op, imgs, params)
     for g, im, p in zip(got, imgs, params, strict=True):
         np.testing.assert_array_equal(g, op.apply(im, p))
-    assert (op.apply(imgs[0], params[0]) != _jitter_lut(1.0, 1.5, 128.0, "even")[imgs[0]]).any()
+    assert (op.apply(imgs[0], params[0]) != jitter_lut(1.0, 1.5, 128.0, "even")[imgs[0]]).any()
