@@ -227,14 +227,11 @@ def existing_dir(text: str) -> Path:
 
 def _url(text: str) -> str | None:
     """``text`` normalised when it is an object-storage URL (``s3://bucket/prefix``), else None."""
-    from ..storage.stores import is_remote, normal_root as normalize
-
-    if not is_remote(text):
-        return None
     from ..errors import ConfigError
+    from ..storage.stores import url_root
 
     try:
-        return normalize(text)
+        return url_root(text)
     except ConfigError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
@@ -320,12 +317,13 @@ def data_or_index(text: str) -> Path | str:
 
 def _refuse_url(text: str, what: str) -> None:
     """Outputs are local: a URL would become a local folder named ``s3:`` that reads like an upload."""
-    from ..storage.stores import is_remote
+    from ..storage.stores import url_scheme
 
-    if is_remote(text):
+    scheme = url_scheme(text)
+    if scheme is not None:
         raise argparse.ArgumentTypeError(
             f"{text!r} is a URL; outputs are written to local {what}s only (a URL would become a local folder "
-            f"named '{text.split('://', 1)[0]}:'). Write to a local path and upload it (e.g. aws s3 cp --recursive "
+            f"named '{scheme}:'). Write to a local path and upload it (e.g. aws s3 cp --recursive "
             "OUT s3://bucket/prefix); an index is loaded from a local file, its data from a bucket with --root")
 
 

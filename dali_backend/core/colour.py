@@ -55,7 +55,7 @@ def gray_by_default(spec) -> bool:
 def warn_if_colour_dropped(index, spec) -> None:
     """:class:`ColorDroppedWarning` once per index when ``spec`` decodes gray by default and a probed
     file of ``index`` is in colour."""
-    if not gray_by_default(spec) or index.is_remote or index.fingerprint in _WARNED:
+    if not gray_by_default(spec) or index.store.folder is None or index.fingerprint in _WARNED:
         return
     found = colour_files(index, probe_positions(index.labels))
     if not found:

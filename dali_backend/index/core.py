@@ -7,7 +7,6 @@ import hashlib
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -18,11 +17,10 @@ from ..formats.jpeg import DEFAULT_MAX_PIXELS
 from ..core.labelling import DEFAULT_KEYWORDS, KeywordRules
 from ..storage import stores
 from ..util.strings import StringTable
-from . import remote
-from .build import check_candidates, folder_candidates, keyword_candidates, manifest_candidates
 from .options import Verify
 from .report import headline, summary_text
-from .persist import changed_local, fingerprint_of, load_index, save_index
+from .indexers import indexer_of
+from .persist import fingerprint_of, load_index, save_index
 from .shards import Shards
 from .update import check_source, source_of
 from .walk import Rejected, _Candidates, _count
@@ -151,15 +149,20 @@ class SampleIndex:
         return os.path.join(self.root, self._paths[i])
 
     @property
+    def store(self) -> stores.Store:
+        """The store of the root (:func:`~dali_backend.storage.stores.open_store`: a
+        :class:`~dali_backend.storage.local.LocalStore` for a folder), opened on each access (cheap: no request)."""
+        return stores.open_store(self.root, self.storage_options)
+
+    @property
     def is_remote(self) -> bool:
-        """Whether the root is an object-storage URL."""
-        return stores.is_remote(self.root)
+        """Whether the root is not a folder on this machine (an object-storage URL): the store says."""
+        return self.store.folder is None
 
     def bucket(self):
-        """The store of a URL root (:func:`~dali_backend.storage.stores.open_store`; None for a folder)."""
-        if not self.is_remote:
-            return None
-        return stores.open_store(self.root, self.storage_options)
+        """The store of a root the index lists rather than walks (an object store), or None for a folder."""
+        store = self.store
+        return None if store.folder is not None else store
 
     def class_counts(self) -> NDArray[np.int64]:
         """Number of samples per class, in the order of :attr:`classes`."""
@@ -228,12 +231,9 @@ class SampleIndex:
         """
         source = source_of("folder", split=split, classes=classes, allow_outside_symlinks=allow_outside_symlinks,
                            verify=verify, max_pixels=max_pixels)
-        if stores.is_remote(root):
-            return cls._validated_remote(*remote.folder_candidates(root, split, classes, storage_options), verify,
-                                         max_pixels, workers, progress, storage_options, source)
-        _local_only(storage_options)
-        return cls._validated(*folder_candidates(root, split, classes, allow_outside_symlinks), verify,
-                              max_pixels, workers, progress, source)
+        how = indexer_of(root, storage_options)
+        return cls._checked(how, how.folder(split, classes, allow_outside_symlinks), verify, max_pixels, workers,
+                            progress, source)
 
     @classmethod
     def from_keywords(cls, root: str | os.PathLike, rules: Mapping[str, Sequence[str]] | KeywordRules = DEFAULT_KEYWORDS,
@@ -253,12 +253,9 @@ class SampleIndex:
         words = {**kw._word_to_class, **kw._text_to_class}
         source = source_of("keywords", rules={c: sorted(w for w, k in words.items() if k == c) for c in kw.classes},
                            allow_outside_symlinks=allow_outside_symlinks, verify=verify, max_pixels=max_pixels)
-        if stores.is_remote(root):
-            return cls._validated_remote(*remote.keyword_candidates(root, kw, storage_options), verify, max_pixels,
-                                         workers, progress, storage_options, source)
-        _local_only(storage_options)
-        return cls._validated(*keyword_candidates(root, kw, allow_outside_symlinks), verify, max_pixels, workers,
-                              progress, source)
+        how = indexer_of(root, storage_options)
+        return cls._checked(how, how.keywords(kw, allow_outside_symlinks), verify, max_pixels, workers, progress,
+                            source)
 
     @classmethod
     def from_manifest(cls, path: str | os.PathLike, root: str | os.PathLike | None = None, split: str | None = None, *,
@@ -307,28 +304,17 @@ class SampleIndex:
         source = source_of("manifest", manifest=os.path.abspath(path), split=split, classes=classes,
                            path_column=path_column, label_column=label_column, split_column=split_column,
                            encoding=encoding, verify=verify, max_pixels=max_pixels)
-        if root is not None and stores.is_remote(root):
-            built = remote.manifest_candidates(path, root, split, classes, path_column, label_column, split_column,
-                                               encoding, storage_options)
-            return cls._validated_remote(*built, verify, max_pixels, workers, progress, storage_options, source)
-        _local_only(storage_options)
-        built = manifest_candidates(path, root, split, classes, path_column, label_column, split_column, encoding)
-        return cls._validated(*built, verify, max_pixels, workers, progress, source)
+        how = indexer_of(root, storage_options)
+        built = how.manifest(path, split, classes, path_column, label_column, split_column, encoding)
+        return cls._checked(how, built, verify, max_pixels, workers, progress, source)
 
     @classmethod
-    def _validated(cls, root: Path, cand: _Candidates, classes: Sequence[str], verify: Verify, max_pixels: int,
-                   workers: int, progress: bool | None, source: dict | None = None) -> SampleIndex:
-        keep, cols, rejected = check_candidates(root, cand, classes, verify, max_pixels, workers, progress)
-        return cls._built(root, cand, classes, keep, cols, rejected, source=source)
-
-    @classmethod
-    def _validated_remote(cls, root: str, cand: _Candidates, classes: Sequence[str], infos, bucket, verify: Verify,
-                          max_pixels: int, workers: int, progress: bool | None, storage_options,
-                          source: dict) -> SampleIndex:
-        keep, cols, etags, rejected = remote.check_candidates(root, bucket, cand, infos, verify, max_pixels, workers,
-                                                              progress)
-        return cls._built(root, cand, classes, keep, cols, rejected, etags=StringTable.from_strings(etags),
-                          storage_options=storage_options, source=source)
+    def _checked(cls, how, built: tuple, verify: Verify, max_pixels: int, workers: int, progress: bool | None,
+                 source: dict) -> SampleIndex:
+        """The index of the candidates ``built`` by the indexer ``how`` (:mod:`.indexers`), once checked."""
+        root, cand, classes, infos = built
+        keep, cols, rejected, extra = how.check(root, cand, classes, infos, verify, max_pixels, workers, progress)
+        return cls._built(root, cand, classes, keep, cols, rejected, source=source, **extra)
 
     @classmethod
     def _built(cls, root, cand: _Candidates, classes: Sequence[str], keep: list[int], cols: NDArray[np.int64],
@@ -419,11 +405,9 @@ class SampleIndex:
         (no object is read).
         """
         if self.shards is not None:  # packed: the shards are the files
-            return self.shards.changed(self.root, self.bucket() if self.is_remote else None)
-        if self.is_remote:
-            return remote.changed_objects(self.bucket(), self._paths, self.sizes, self.etags,
-                                          range(len(self)) if positions is None else positions)
-        return changed_local(self, range(len(self)) if positions is None else positions)
+            return self.shards.changed(self.root, self.bucket())
+        return self.store.changed(self._paths, self.sizes, self.mtimes, self.etags,
+                                  range(len(self)) if positions is None else positions)
 
     # ----------------------------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike) -> None:
@@ -469,11 +453,6 @@ class SampleIndex:
 
 _STATE_SLOTS = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected", "ignored",
                 "ignored_files", "etags", "storage_options", "shards", "fingerprint", "source")
-
-
-def _local_only(storage_options: Mapping | None) -> None:
-    if storage_options:
-        raise ConfigError("storage_options apply to an s3:// URL root; this root is a local folder: drop them")
 
 
 def _restore_index(values: tuple) -> SampleIndex:

@@ -103,7 +103,7 @@ def _undecodable(path: Path, data: bytes, e: UnicodeDecodeError, encoding: str |
     return f"{text}; {fix}"
 
 
-def _read_manifest(path: Path, split: str | None, root: Path | None = None, path_column: str | None = None,
+def read_manifest(path: Path, split: str | None, root: Path | None = None, path_column: str | None = None,
                    label_column: str | None = None, split_column: str | None = None,
                    encoding: str | None = None) -> list[tuple[str, str, str]]:
     """``(where, path, label)`` rows of a JSON or CSV manifest; ``where`` is ``"line N"``."""
@@ -141,7 +141,7 @@ def _read_manifest(path: Path, split: str | None, root: Path | None = None, path
                 what = "empty path" if not k.strip() else f"empty label for {k!r}"
                 raise ManifestError(f"{path}: line {_json_key_line(text, k)}: {what}; give every file a class name or "
                                     "remove the entry (an empty label would become a class '')")
-            rows.append((f"entry {i + 1}", k, v.strip()))  # the path as written: see _path_as_written
+            rows.append((f"entry {i + 1}", k, v.strip()))  # the path as written: see path_as_written
         return rows
     return _read_csv_manifest(path, text, split, root, path_column, label_column, split_column)
 
@@ -184,7 +184,7 @@ def csv_records(path: Path, text: str) -> Iterator[tuple[int, list[str]]]:
         start = reader.line_num + 1
 
 
-def _path_as_written(root: Path, rel: str) -> str:
+def path_as_written(root: Path, rel: str) -> str:
     """The file a manifest path names: as written if that file exists, else the first that exists of:
     surrounding whitespace stripped, then (where ``/`` is the separator) backslashes read as ``/``.
 
@@ -270,7 +270,7 @@ def _read_csv_manifest(path: Path, text: str, split: str | None, root: Path | No
             raise ManifestError(f"{path}: line {line} has {len(row)} columns ({row!r}); expected path,label[,split]")
         if width is not None and len(row) != width:
             raise ManifestError(f"{path}: line {line} has {len(row)} columns, the header on line {line1} has {width}")
-        rel, label = row[p_i], row[l_i].strip()  # the path as written: see _path_as_written
+        rel, label = row[p_i], row[l_i].strip()  # the path as written: see path_as_written
         if not rel.strip() or not label:
             what = "empty path" if not rel.strip() else f"empty label for {rel.strip()!r}"
             raise ManifestError(f"{path}: line {line}: {what}; give every file a class name or remove the line (an "
@@ -282,3 +282,6 @@ def _read_csv_manifest(path: Path, text: str, split: str | None, root: Path | No
                 continue
         rows.append((f"line {line}", rel, label))
     return rows
+
+
+_read_manifest, _path_as_written = read_manifest, path_as_written  # the names index.build imports (formats helper's file)

@@ -12,11 +12,10 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..errors import ConfigError, IndexFileError, StaleIndexError
-from ..formats.jpeg import not_regular_reason
 from ..util.strings import StringTable
 from .options import FORMAT_NAME, FORMAT_VERSION, _capped
 from .shards import check_meta_shards, shards_from_arrays
-from .store import _check_meta, _damaged, _read_index_arrays, write_atomic
+from .store import check_meta, damaged, read_index_arrays, write_atomic
 from .walk import Rejected
 
 
@@ -44,35 +43,35 @@ def load_index(cls, path: str | os.PathLike, root, check: str, storage_options: 
     ``cls``: :class:`SampleIndex`. See :meth:`SampleIndex.load`."""
     if check not in ("stat", "none"):
         raise ConfigError(f"check={check!r}; use 'stat' (default) or 'none'")
-    arrays = _read_index_arrays(path)
+    arrays = read_index_arrays(path)
     try:
         meta = json.loads(arrays["meta"].tobytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise _damaged(path, f"its metadata is not JSON ({type(e).__name__})") from None
+        raise damaged(path, f"its metadata is not JSON ({type(e).__name__})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME or meta.get("version") != FORMAT_VERSION:
         got = (meta.get("format"), meta.get("version")) if isinstance(meta, dict) else (None, None)
         raise IndexFileError(f"{path}: format {got[0]!r} version {got[1]!r}; "
                              f"this library reads {FORMAT_NAME!r} version {FORMAT_VERSION}. Rebuild the index")
-    _check_meta(path, meta)
+    check_meta(path, meta)
     n = arrays["labels"].size  # every per-sample array has n entries (checked before reading)
     offsets, data = arrays["path_offsets"], arrays["path_data"]
     if offsets.size != n + 1 or offsets[0] != 0 or offsets[-1] != data.size or np.any(np.diff(offsets) < 0):
-        raise _damaged(path, f"path offsets are inconsistent ({offsets.size} offsets for {n} samples and "
+        raise damaged(path, f"path offsets are inconsistent ({offsets.size} offsets for {n} samples and "
                              f"{data.size} bytes of path data)")
     try:
         etags = None
         if "etag_offsets" in arrays:
             e_off, e_data = arrays["etag_offsets"], arrays["etag_data"]
             if e_off[0] != 0 or e_off[-1] != e_data.size or np.any(np.diff(e_off) < 0):
-                raise _damaged(path, f"ETag offsets are inconsistent ({e_off.size} offsets for {n} samples and "
+                raise damaged(path, f"ETag offsets are inconsistent ({e_off.size} offsets for {n} samples and "
                                      f"{e_data.size} bytes of ETags)")
             etags = StringTable(e_data, e_off)
         shards = None
         if ("shard_ids" in arrays) != ("shards" in meta) or ("shard_ids" in arrays) != ("shard_offsets" in arrays):
-            raise _damaged(path, "its shard arrays and shard list do not come together")
+            raise damaged(path, "its shard arrays and shard list do not come together")
         if "shards" in meta:
             if not check_meta_shards(meta["shards"]):
-                raise _damaged(path, "metadata field 'shards' is not a list of [name, size(, mtime, md5)] rows")
+                raise damaged(path, "metadata field 'shards' is not a list of [name, size(, mtime, md5)] rows")
             shards = shards_from_arrays(meta["shards"], arrays["shard_ids"], arrays["shard_offsets"])
         index = cls(root if root is not None else meta["root"], StringTable(data, offsets), arrays["labels"],
                     meta["classes"], arrays["sizes"], arrays["mtimes"], arrays["widths"], arrays["heights"],
@@ -80,7 +79,7 @@ def load_index(cls, path: str | os.PathLike, root, check: str, storage_options: 
                     [Rejected(p, r) for p, r in meta.get("ignored_files", [])], etags, storage_options, shards,
                     meta.get("source"))
     except ValueError as e:  # ConfigError: labels out of range, duplicate class names
-        raise _damaged(path, str(e)) from None
+        raise damaged(path, str(e)) from None
     if index.fingerprint != meta["fingerprint"]:
         raise IndexFileError(f"{path}: contents do not match the saved fingerprint (file edited or corrupt); rebuild it")
     if check == "stat":
@@ -89,34 +88,12 @@ def load_index(cls, path: str | os.PathLike, root, check: str, storage_options: 
             shown = _capped([f"{p}: {w}" for p, w in changed])
             text = f"{path}: {len(changed)} of {len(index)} files changed since indexing ({shown}). "
             missing = sum(w == "missing" for _, w in changed)
-            if missing * 2 > len(index) or not (index.is_remote or os.path.isdir(index.root)):
+            if missing * 2 > len(index) or not index.store.exists():
                 text += (f"{missing} of {len(index)} files are missing under {index.root!r}: if the data moved, "
                          "pass root='NEW/LOCATION' to SampleIndex.load (CLI: --root NEW/LOCATION). Otherwise ")
             fix = "rebuild the index, or pass check='none' to SampleIndex.load (CLI: --no-check) to use it anyway"
             raise StaleIndexError(text + (fix if text.endswith("Otherwise ") else fix[0].upper() + fix[1:]))
     return index
-
-
-def changed_local(index, positions) -> list[tuple[str, str]]:
-    """``(path, what changed)`` for the local files at ``positions`` whose size or mtime differ from
-    indexing time, or that are gone or not regular files now (``stat`` only; nothing is opened)."""
-    out = []
-    for i in positions:
-        full = index.abspath(i)
-        try:
-            st = os.stat(full)  # never opens the file
-        except OSError:
-            out.append((index.paths[i], "missing"))
-            continue
-        size, mtime = st.st_size, st.st_mtime_ns
-        reason = not_regular_reason(st.st_mode)
-        if reason:
-            out.append((index.paths[i], reason))
-        elif size != index.sizes[i]:
-            out.append((index.paths[i], f"size {index.sizes[i]} -> {size} bytes"))
-        elif mtime != index.mtimes[i]:
-            out.append((index.paths[i], "modified (mtime changed)"))
-    return out
 
 
 def fingerprint_of(index) -> str:

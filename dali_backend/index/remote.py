@@ -35,8 +35,9 @@ from ..core.labelling import KeywordRules
 from ..util.progress import track
 from ..storage import urls
 from ..storage import stores
-from ..storage.client import Bucket, ObjectChanged, ObjectInfo, ObjectMissing, Unreachable
-from .manifest import _read_manifest
+from ..storage.objects import ObjectChanged, ObjectInfo, ObjectMissing, Unreachable
+from ..storage.stores import Store
+from .manifest import read_manifest
 from .options import PACKAGE_FILES, Verify, _capped, _opt
 from .report import _nothing_indexed
 from .verify import decode_check_bytes
@@ -47,15 +48,15 @@ HEAD_RANGE = 16384  # bytes read first for the header check (JPEG headers withou
 REMOTE_MIN_WORKERS = 32  # threads for a bucket's header checks: requests wait on the network, not the CPU
 PATIENT_FACTOR = 3  # objects unreachable at indexing are checked again with this many times the retries and backoff cap
 
-# (root URL, candidates, class names, listed objects by relative path, the bucket)
 log = logging.getLogger("dali_backend")
-RemoteBuilt = tuple[str, _Candidates, Sequence[str], dict[str, ObjectInfo], Bucket]
+# (root URL, candidates, class names, listed objects by relative path)
+RemoteBuilt = tuple[str, _Candidates, Sequence[str], dict[str, ObjectInfo]]
 
 
 class _Listing:
     """The objects below a URL root, by relative path, with folder views of their names."""
 
-    def __init__(self, bucket: Bucket):
+    def __init__(self, bucket: Store):
         self.bucket = bucket
         self.objects: dict[str, ObjectInfo] = {}
         for info in bucket.list():
@@ -99,10 +100,8 @@ class _Listing:
                 cand.ignore(name, rel)
 
 
-def folder_candidates(url: str, split: str | None, classes: Sequence[str] | None,
-                      storage_options: Mapping | None) -> RemoteBuilt:
-    """``url/<class>/**`` (or ``url/<split>/<class>/**``): :func:`.build.folder_candidates` for a bucket."""
-    bucket = stores.open_store(url, storage_options)
+def folder_candidates(bucket: Store, split: str | None, classes: Sequence[str] | None) -> RemoteBuilt:
+    """``root/<class>/**`` (or ``root/<split>/<class>/**``): :func:`.build.folder_candidates` for a bucket."""
     root = bucket.root
     listing = _Listing(bucket)
     base = ""
@@ -129,32 +128,29 @@ def folder_candidates(url: str, split: str | None, classes: Sequence[str] | None
     for label, name in enumerate(classes):
         if name in present:
             listing.walk(f"{base}/{name}" if base else name, cand, label)
-    return root, cand, classes, listing.objects, bucket
+    return root, cand, classes, listing.objects
 
 
-def keyword_candidates(url: str, rules: Mapping[str, Sequence[str]] | KeywordRules,
-                       storage_options: Mapping | None) -> RemoteBuilt:
-    """Every JPEG below ``url``, labelled by keywords: :func:`.build.keyword_candidates` for a bucket."""
+def keyword_candidates(bucket: Store, rules: Mapping[str, Sequence[str]] | KeywordRules) -> RemoteBuilt:
+    """Every JPEG below the root, labelled by keywords: :func:`.build.keyword_candidates` for a bucket."""
     kw = rules if isinstance(rules, KeywordRules) else KeywordRules(rules)
-    bucket = stores.open_store(url, storage_options)
     listing = _Listing(bucket)
     found = _Candidates([], [], [], Counter())
     listing.walk("", found, 0)
     cand = keyword_labelled(found, kw)
-    return bucket.root, cand, kw.classes, listing.objects, bucket
+    return bucket.root, cand, kw.classes, listing.objects
 
 
-def manifest_candidates(path: str | Path, url: str, split: str | None, classes: Sequence[str] | None,
+def manifest_candidates(path: str | Path, bucket: Store, split: str | None, classes: Sequence[str] | None,
                         path_column: str | None, label_column: str | None, split_column: str | None,
-                        encoding: str | None, storage_options: Mapping | None) -> RemoteBuilt:
-    """The objects a (local) manifest lists, relative to the URL root ``url``: see
+                        encoding: str | None) -> RemoteBuilt:
+    """The objects a (local) manifest lists, relative to the store's root: see
     :meth:`SampleIndex.from_manifest`. Nothing is listed: each entry is checked on its own."""
-    if stores.is_remote(str(path)):
+    if stores.url_scheme(path) is not None:
         raise ManifestError(f"manifest {str(path)!r}: a manifest is read from a local file; download it first "
                             f"(the paths in it may be relative to a URL root: pass {_opt('root')} the s3:// URL)")
     mpath = Path(path)
-    bucket = stores.open_store(url, storage_options)
-    rows = _read_manifest(mpath, split, None, path_column, label_column, split_column, encoding)
+    rows = read_manifest(mpath, split, None, path_column, label_column, split_column, encoding)
     outside, entries = [], []
     seen: dict[str, tuple[str, str]] = {}
     cand = _Candidates([], [], [], Counter())
@@ -170,10 +166,10 @@ def manifest_candidates(path: str | Path, url: str, split: str | None, classes: 
                             f"{'it' if len(outside) == 1 else 'them'} or pass {_opt('root')} a URL that contains "
                             f"{'it' if len(outside) == 1 else 'them'}")
     classes = manifest_classes(mpath, entries, classes, cand)
-    return bucket.root, cand, classes, {}, bucket
+    return bucket.root, cand, classes, {}
 
 
-def check_object(bucket: Bucket, rel: str, info: ObjectInfo | None, verify: Verify,
+def check_object(bucket: Store, rel: str, info: ObjectInfo | None, verify: Verify,
                  max_pixels: int) -> tuple[str | None, ObjectInfo | None, int, int]:
     """``(reason or None, the object's info, width, height)`` for one object, reading byte ranges only
     for ``verify="header"`` (see the module docstring)."""
@@ -219,7 +215,7 @@ def check_object(bucket: Bucket, rel: str, info: ObjectInfo | None, verify: Veri
         return f"unreadable ({text})", info, 0, 0
 
 
-def check_objects(root: str, bucket: Bucket, paths: Sequence[str], infos: Mapping[str, ObjectInfo], verify: Verify,
+def check_objects(root: str, bucket: Store, paths: Sequence[str], infos: Mapping[str, ObjectInfo], verify: Verify,
                   max_pixels: int, workers: int, progress: bool | None, desc: str = "indexing") -> list[tuple]:
     """:func:`check_object` of every one of ``paths`` in threads; objects unreachable (only transient
     failures) are checked again with a longer budget, then a :class:`StorageError` names those still
@@ -252,7 +248,7 @@ def check_objects(root: str, bucket: Bucket, paths: Sequence[str], infos: Mappin
     return results
 
 
-def check_candidates(root: str, bucket: Bucket, cand: _Candidates, infos: Mapping[str, ObjectInfo],
+def check_candidates(root: str, bucket: Store, cand: _Candidates, infos: Mapping[str, ObjectInfo],
                      verify: Verify, max_pixels: int, workers: int,
                      progress: bool | None) -> tuple[list[int], NDArray[np.int64], list[str], list[Rejected]]:
     """:func:`.build.check_candidates` for a bucket: ``(positions kept, [kept, 4] sizes/mtimes/widths/heights,
@@ -269,36 +265,6 @@ def check_candidates(root: str, bucket: Bucket, cand: _Candidates, infos: Mappin
     return keep, cols, etags, rejected
 
 
-def candidates_again(source: Mapping, root: str, storage_options: Mapping | None) -> RemoteBuilt:
-    """The remote builder's listing (or manifest reading) again, with the options ``source`` recorded."""
-    builder = source["builder"]
-    if builder == "folder":
-        return folder_candidates(root, source.get("split"), source.get("classes"), storage_options)
-    if builder == "keywords":
-        return keyword_candidates(root, source["rules"], storage_options)
-    return manifest_candidates(source["manifest"], root, source.get("split"), source.get("classes"),
-                               source.get("path_column"), source.get("label_column"), source.get("split_column"),
-                               source.get("encoding"), storage_options)
-
-
 class _Transient(str):
     """The reason of :func:`check_object` for an object the store did not answer (:class:`Unreachable`)."""
-
-
-def changed_objects(bucket: Bucket, paths: Sequence[str], sizes: NDArray[np.int64],
-                    etags: Sequence[str] | None, positions) -> list[tuple[str, str]]:
-    """``(path, what changed)`` for objects whose size or ETag differ from indexing time, or are gone: one
-    listing of the root, no object read."""
-    listed = {info.rel: info for info in bucket.list()}
-    out = []
-    for i in positions:
-        rel = paths[i]
-        info = listed.get(rel)
-        if info is None:
-            out.append((rel, "missing"))
-        elif info.size != sizes[i]:
-            out.append((rel, f"size {sizes[i]} -> {info.size} bytes"))
-        elif etags is not None and etags[i] and info.etag != etags[i]:
-            out.append((rel, f"overwritten (ETag {etags[i]} -> {info.etag})"))
-    return out
 

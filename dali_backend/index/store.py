@@ -102,7 +102,7 @@ _INDEX_ARRAYS = {"path_data": np.uint8, "path_offsets": np.int64, "labels": np.i
                  "mtimes": np.int64, "widths": np.int32, "heights": np.int32, "meta": np.uint8}
 
 
-def _damaged(path: str | os.PathLike, what: str) -> IndexFileError:
+def damaged(path: str | os.PathLike, what: str) -> IndexFileError:
     return IndexFileError(f"{os.fspath(path)}: not a readable index file ({what}); rebuild it with "
                           "SampleIndex.from_folder(...).save(...) (CLI: dali-backend index ROOT --out FILE)")
 
@@ -134,7 +134,7 @@ class _Declared:
         return self.count * self.dtype.itemsize
 
 
-def _read_index_arrays(path: str | os.PathLike) -> dict[str, NDArray]:
+def read_index_arrays(path: str | os.PathLike) -> dict[str, NDArray]:
     """The arrays of a saved index, each checked against the file before anything is allocated.
 
     ``np.load`` trusts the shape in each member's ``.npy`` header and allocates it first, so a
@@ -160,7 +160,7 @@ def _read_index_arrays(path: str | os.PathLike) -> dict[str, NDArray]:
                              "SampleIndex.from_folder(...).save(path) (CLI: dali-backend index ROOT --out FILE)") from None
     except (OSError, EOFError, ValueError, KeyError, NotImplementedError, RuntimeError, zipfile.BadZipFile,
             zlib.error) as e:  # NotRegularFileError is an OSError
-        raise _damaged(path, f"{type(e).__name__}: {e}") from None
+        raise damaged(path, f"{type(e).__name__}: {e}") from None
 
 
 def _read_header(path: str | os.PathLike, zf: zipfile.ZipFile, members: Mapping[str, zipfile.ZipInfo], name: str,
@@ -168,7 +168,7 @@ def _read_header(path: str | os.PathLike, zf: zipfile.ZipFile, members: Mapping[
     """The ``.npy`` header of array ``name``: a 1-D integer array of ``dtype``'s width, filling its member."""
     info = members.get(f"{name}.npy")
     if info is None:
-        raise _damaged(path, f"no {name!r} array; not a SampleIndex file (members: {_capped(sorted(members), sep=', ')})")
+        raise damaged(path, f"no {name!r} array; not a SampleIndex file (members: {_capped(sorted(members), sep=', ')})")
     with zf.open(info) as m:
         version = np.lib.format.read_magic(m)
         if version == (1, 0):
@@ -176,14 +176,14 @@ def _read_header(path: str | os.PathLike, zf: zipfile.ZipFile, members: Mapping[
         elif version == (2, 0):
             shape, _, dt = np.lib.format.read_array_header_2_0(m)
         else:
-            raise _damaged(path, f"array {name!r} has .npy format version {version}")
+            raise damaged(path, f"array {name!r} has .npy format version {version}")
         offset = m.tell()
     if len(shape) != 1 or shape[0] < 0 or dt.kind not in "iu" or dt.itemsize != np.dtype(dtype).itemsize:
-        raise _damaged(path, f"array {name!r} is {dt} of shape {shape}; expected a 1-D {np.dtype(dtype)} array")
+        raise damaged(path, f"array {name!r} is {dt} of shape {shape}; expected a 1-D {np.dtype(dtype)} array")
     declared = _Declared(int(shape[0]), dt, offset)
     held = info.file_size - offset
     if declared.nbytes != held:
-        raise _damaged(path, f"array {name!r} declares {declared.count} entries ({declared.nbytes} bytes) but its "
+        raise damaged(path, f"array {name!r} declares {declared.count} entries ({declared.nbytes} bytes) but its "
                              f"member holds {held} bytes")
     return declared
 
@@ -193,17 +193,17 @@ def _check_declared(path: str | os.PathLike, declared: Mapping[str, _Declared], 
     n = declared["labels"].count
     for name in _PER_SAMPLE + ("shard_ids", "shard_offsets"):
         if name in declared and declared[name].count != n:
-            raise _damaged(path, f"array {name!r} declares {declared[name].count} entries for {n} labels")
+            raise damaged(path, f"array {name!r} declares {declared[name].count} entries for {n} labels")
     for name in ("path_offsets", "etag_offsets"):
         if name in declared and declared[name].count != n + 1:
-            raise _damaged(path, f"array {name!r} declares {declared[name].count} entries for {n} labels "
+            raise damaged(path, f"array {name!r} declares {declared[name].count} entries for {n} labels "
                                  f"(expected {n + 1})")
     if ("etag_data" in declared) != ("etag_offsets" in declared):
-        raise _damaged(path, "it holds one of the arrays 'etag_data' and 'etag_offsets' without the other")
+        raise damaged(path, "it holds one of the arrays 'etag_data' and 'etag_offsets' without the other")
     total = sum(d.nbytes for d in declared.values())
     allowed = max(file_size * MAX_INDEX_EXPANSION, MIN_INDEX_ALLOWANCE)
     if total > allowed:
-        raise _damaged(path, f"its arrays declare {total} bytes ({n} samples) in a {file_size}-byte file, more than "
+        raise damaged(path, f"its arrays declare {total} bytes ({n} samples) in a {file_size}-byte file, more than "
                              f"{MAX_INDEX_EXPANSION}x its size; refused before inflating")
 
 
@@ -213,14 +213,14 @@ def _read_array(path: str | os.PathLike, zf: zipfile.ZipFile, info: zipfile.ZipI
         m.read(declared.offset)
         raw = m.read(declared.nbytes)
     if len(raw) != declared.nbytes:
-        raise _damaged(path, f"array {info.filename!r} is cut short ({len(raw)} of {declared.nbytes} bytes)")
+        raise damaged(path, f"array {info.filename!r} is cut short ({len(raw)} of {declared.nbytes} bytes)")
     return np.frombuffer(raw, dtype=declared.dtype)
 
 
-def _check_meta(path: str | os.PathLike, meta: dict) -> None:
+def check_meta(path: str | os.PathLike, meta: dict) -> None:
     """Raise IndexFileError unless ``meta`` has the fields and types :meth:`SampleIndex.save` writes."""
     def bad(field_name: str, want: str) -> IndexFileError:
-        return _damaged(path, f"metadata field {field_name!r} is {type(meta.get(field_name)).__name__} "
+        return damaged(path, f"metadata field {field_name!r} is {type(meta.get(field_name)).__name__} "
                               f"{str(meta.get(field_name))[:40]!r}; expected {want}")
 
     for name in ("root", "fingerprint"):

@@ -35,10 +35,10 @@ import re
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 
 from ..errors import ConfigError, MissingDependencyError, StorageError
 from . import urls
+from .objects import ObjectChanged, ObjectInfo, ObjectMissing, ObjectStore, Unreachable  # noqa: F401 (re-exported)
 
 log = logging.getLogger("dali_backend")
 
@@ -72,30 +72,6 @@ def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
     for value in sorted((v for v in values if v and len(v) >= 4), key=len, reverse=True):
         text = text.replace(value, "***")
     return text
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    """What a listing or a response says about one object: ``rel`` (the key relative to the root),
-    ``size`` in bytes, ``etag`` (as the server writes it, quotes included) and ``mtime_ns``."""
-
-    rel: str
-    size: int
-    etag: str
-    mtime_ns: int
-
-
-class ObjectMissing(StorageError):
-    """The object does not exist (HTTP 404)."""
-
-
-class ObjectChanged(StorageError):
-    """The object's ETag differs from the one asked for (HTTP 412, or the response's ETag): it was overwritten."""
-
-
-class Unreachable(StorageError):
-    """Only transient failures (throttling, 5xx, timeouts, lost connections) for the whole retry budget: the
-    object may be fine, the store did not answer. Never a verdict on its content."""
 
 
 def check_options(storage_options: Mapping | None) -> dict:
@@ -146,7 +122,7 @@ def _describe(error: BaseException, secrets: tuple[str, ...]) -> tuple[str, int 
     return scrub(f"{name}: {first}" if first else name, secrets), None, False
 
 
-class Bucket:
+class Bucket(ObjectStore):
     """Reads one S3 URL root (``s3://bucket/prefix``): listing, HEAD, GET and range GET, each with
     bounded retries and exponential backoff with full jitter for throttling and transient errors.
 

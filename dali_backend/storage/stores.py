@@ -1,29 +1,41 @@
 """Stores: one class per URL scheme, chosen here and nowhere else (MosaicML streaming's one downloader
 class per scheme). A data root that is a ``scheme://...`` URL is read through the store registered
 for its scheme: ``s3`` is :class:`~.client.Bucket`; a module that calls :func:`register_store` adds
-another (a test's in-memory ``mem://`` store is one file). Anything else is a local folder, which
-the index walks itself (symlink and special-file rules: :mod:`dali_backend.index.walk`).
+another (a test's in-memory ``mem://`` store is one file, a subclass of :class:`~.objects.ObjectStore`).
+Anything else (a path, no scheme) is a local folder: a :class:`~.local.LocalStore`, which the index
+walks with its own rules (symlinks, special files: :mod:`dali_backend.index.walk`). ``file://`` is
+not a scheme of its own: pass the path (a second spelling of one root would be a second fingerprint).
 
 A store answers the :class:`Store` protocol: listing, HEAD, GET (whole or a byte range, conditional
-on the indexed ETag), and its normal root. Imports nothing heavy (boto3 comes with the first request).
+on the indexed ETag), its normal root, whether the root is there, and the staleness check (which
+samples changed since indexing: size and ETag for an object, size and mtime for a file). Code outside
+this package asks the store; none of it tests whether a root is a URL. Imports nothing heavy (boto3
+comes with the first request).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
 
 from ..errors import ConfigError
 from . import urls
 from .client import Bucket, ObjectInfo
+from .local import LocalStore
 
 
 class Store(Protocol):
-    """What the index and the reader ask of an object store (see :class:`~.client.Bucket`)."""
+    """What the index and the reader ask of a store (:class:`~.client.Bucket`, :class:`~.local.LocalStore`;
+    a new object store subclasses :class:`~.objects.ObjectStore`, which answers ``folder``, ``exists``
+    and ``changed`` from ``list``)."""
 
-    root: str  # the normal URL of the root
+    root: str  # the normal URL of the root (a folder: its absolute path)
+    folder: Path | None  # the folder the index walks itself (a LocalStore), or None: the index lists the store
 
     def url(self, rel: str) -> str: ...
 
@@ -35,6 +47,11 @@ class Store(Protocol):
             end: int | None = None) -> tuple[bytes, ObjectInfo]: ...
 
     def patient(self, factor: int) -> Store: ...
+
+    def exists(self) -> bool: ...
+
+    def changed(self, paths: Sequence[str], sizes: NDArray[np.int64], mtimes: NDArray[np.int64],
+                etags: Sequence[str] | None, positions: Iterable[int]) -> list[tuple[str, str]]: ...
 
 
 # scheme -> (store class built as cls(url, storage_options), its URL normaliser)
@@ -65,6 +82,20 @@ def is_remote(root: object) -> bool:
     return urls.is_url(root)
 
 
+def url_scheme(text: object) -> str | None:
+    """The scheme of a ``scheme://...`` root (``"s3"``), or None for a path (a local folder)."""
+    return str(text).split("://", 1)[0] if is_remote(text) else None
+
+
+def url_root(text: str) -> str | None:
+    """``text`` in normal form when it is a store's URL (``s3://bucket/prefix``), None for a path.
+
+    Raises:
+        ConfigError: a URL of no registered scheme (the message names the supported ones).
+    """
+    return normal_root(text) if is_remote(text) else None
+
+
 def _entry(url: str):
     scheme = url.split("://", 1)[0].lower()
     if scheme not in STORES:
@@ -79,12 +110,15 @@ def normal_root(root: str | os.PathLike) -> str:
     return _entry(str(root))[1](str(root))
 
 
-def open_store(root: str, storage_options: Mapping | None = None) -> Store:
-    """The store of the URL ``root`` (its scheme chooses the class).
+def open_store(root: str | os.PathLike, storage_options: Mapping | None = None) -> Store:
+    """The store of the data root ``root``: a URL's scheme chooses the class; a path is a :class:`LocalStore`.
 
     Raises:
         ConfigError: no store is registered for the scheme (the message names the supported ones).
     """
+    if not is_remote(root):
+        return LocalStore(root, storage_options)
+    root = str(root)
     cls, normalize = _entry(root)
     if cls is None:
         normalize(root)  # raises, naming the scheme and the fix

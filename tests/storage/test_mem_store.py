@@ -14,14 +14,15 @@ import numpy as np
 import pytest
 
 from dali_backend.storage import stores
-from dali_backend.storage.client import ObjectChanged, ObjectInfo, ObjectMissing
+from dali_backend.storage.objects import ObjectChanged, ObjectInfo, ObjectMissing, ObjectStore
 from tests.helpers import jpeg_bytes
 
 OBJECTS: dict[str, bytes] = {}  # "name/key" -> bytes: the whole in-memory store
 
 
-class MemStore:
-    """The :class:`~dali_backend.storage.stores.Store` protocol over :data:`OBJECTS`."""
+class MemStore(ObjectStore):
+    """The :class:`~dali_backend.storage.stores.Store` protocol over :data:`OBJECTS` (``list``, ``head``,
+    ``get``; the staleness check and the rest come from :class:`ObjectStore`)."""
 
     def __init__(self, url: str, storage_options=None):
         self.root = url
