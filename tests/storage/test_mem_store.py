@@ -101,3 +101,21 @@ def test_an_unregistered_scheme_names_the_supported_ones():
 
     with pytest.raises(ConfigError, match="scheme 'mem' is not supported"):
         SampleIndex.from_folder("mem://zoo/train", progress=False)
+
+
+def test_the_stores_staleness_check_and_update_serve_a_registered_store(mem_store, tmp_path):
+    from dali_backend.errors import StaleIndexError
+    from dali_backend.index import SampleIndex
+
+    index = SampleIndex.from_folder("mem://zoo/train", progress=False)
+    index.save(tmp_path / "i.npz")
+    assert SampleIndex.load(tmp_path / "i.npz").fingerprint == index.fingerprint  # check="stat": one listing
+    OBJECTS["zoo/train/dogs/1.jpg"] = jpeg_bytes(20, 24, seed=77)
+    del OBJECTS["zoo/train/cats/3.jpg"]
+    with pytest.raises(StaleIndexError, match=r"cats/3.jpg: missing.*dogs/1.jpg: (size|overwritten)"):
+        SampleIndex.load(tmp_path / "i.npz")
+    OBJECTS["zoo/train/dogs/9.jpg"] = jpeg_bytes(20, 24, seed=78)
+    new = index.update(progress=False)
+    assert len(new) == 8 and "cats/3.jpg" not in list(new.paths) and list(new.paths)[-1] == "dogs/9.jpg"
+    assert new.changed_files() == [] and new.etags[list(new.paths).index("dogs/1.jpg")] != \
+        index.etags[list(index.paths).index("dogs/1.jpg")]
