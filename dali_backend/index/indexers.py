@@ -12,6 +12,7 @@ its own rules rather than one lowest common set.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 
@@ -22,7 +23,6 @@ from ..storage import stores
 from ..util.strings import StringTable
 from . import build, remote
 from .parallel import map_in_chunks
-from .walk import _Candidates
 
 LOCAL_ONLY = "storage_options apply to an s3:// URL root; this root is a local folder: drop them"
 
@@ -94,7 +94,7 @@ class FolderIndexer(Indexer):
             checks.check(i, st)
 
         map_in_chunks(check, n, workers, progress, "updating")
-        checks.reject_same_file_twice(_Candidates(cand.paths, labels.tolist(), [], cand.ignored), classes)
+        checks.reject_same_file_twice(dataclasses.replace(cand, labels=labels.tolist()), classes)  # the update's ids
         return cols, reasons, read, lambda kept: {}
 
     def no_source(self, index) -> str:
