@@ -53,6 +53,8 @@ class SampleIndex:
             or None for loose files; see :mod:`.shards`.
         storage_options: credentials and settings for a URL root (never saved, printed or
             fingerprinted; pass them again to :meth:`load`).
+        store: the root's store (:mod:`dali_backend.storage.stores`: a ``LocalStore`` for a folder), which
+            answers listing, reads and which samples changed.
         fingerprint: SHA-256 over classes, paths, labels, sizes and mtimes (and ETags when recorded).
         source: how the index was built (builder and options), what :meth:`update` walks again; None
             for an index derived with :meth:`subset` / :meth:`split`, or built from a URL.
