@@ -257,7 +257,10 @@ def read_box_csv(path: str | Path, root: str | Path | None = None, classes: Sequ
             existing(None if root is None else Path(root), rel, where)
             box = [_number(v, where, name) for v, name in zip(cells[:4], columns[1:5])]
             if classes is None:
-                label = _number(cells[4], where, columns[5])
+                try:
+                    label = float(cells[4])
+                except ValueError:
+                    label = 0.5
                 if label != int(label):
                     raise TargetError(f"{where} field {columns[5]}: {cells[4]!r} is not an integer class id; pass "
                                       "classes=[names] for named labels")

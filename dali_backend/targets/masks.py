@@ -114,6 +114,8 @@ def check_mask(mask: NDArray, image_size: Size, num_classes: int, where: str) ->
         TargetError: a mask of another size than its image, more than one channel, or values outside
             the declared classes (the values and how many pixels hold them named).
     """
+    if not (isinstance(num_classes, (int, np.integer)) and 1 <= num_classes <= 256):
+        raise TargetError(f"{where}: num_classes={num_classes!r}; masks hold uint8 class ids, give 1..256 classes")
     mask = np.asarray(mask)
     if mask.ndim == 3 and mask.shape[2] == 1:
         mask = mask[..., 0]
