@@ -16,7 +16,8 @@ The rules, and the trade-offs they make:
   too hidden ones and counts them.
 * **Masks** (``H x W`` integer class ids) move by nearest neighbour, never antialiased: crops and
   flips cut and mirror exactly; resizes and warps sample each output pixel's centre in the source
-  (``src = floor((x + 0.5) * in / out)``; DALI's ``INTERP_NN`` rule), and the mask's own fill
+  (``src = floor((x + 0.5) * in / out)``, in the float32 arithmetic of DALI's CPU ``INTERP_NN``
+  operators: tests/transforms/test_target_kernels_dali.py), and the mask's own fill
   (``fill=0``: background) goes where the image is padded. Pure numpy: no OpenCV, no DALI.
 * **Operations that are not geometric** (``KIND`` photometric, output or batch: colour, CLAHE,
   blur, ``Normalize``, ``RandomErasing``) leave both unchanged: one identity kernel registered on
@@ -215,23 +216,44 @@ def _checked_mask(op: Transform, mask) -> np.ndarray:
 
 
 def nearest_resize(mask: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
-    """``mask`` resized to ``out_h`` x ``out_w`` by nearest neighbour: output pixel ``j`` takes source
-    ``floor((j + 0.5) * in / out)`` (DALI's ``INTERP_NN``), no antialiasing, labels never mixed."""
+    """``mask`` resized to ``out_h`` x ``out_w`` by nearest neighbour, no antialiasing, labels never mixed:
+    output pixel ``j`` takes the source pixel containing its centre, ``(j + 0.5) * in / out``, in DALI's
+    CPU ``fn.resize(interp_type=INTERP_NN)`` float32 arithmetic, bit for bit (measured on 400 random
+    sizes up to 1500): columns ``floor((j + 0.5f) * s)``, rows by the running sum ``0.5f * s + s + ...``
+    (``s = float32(in) / float32(out)``); the two differ on exact ties (40 -> 100 rows: 14 of 100)."""
     h, w = mask.shape
+    f = np.float32
 
-    def index(n_out: int, n_in: int) -> np.ndarray:
-        return np.minimum(((np.arange(n_out) + 0.5) * (n_in / n_out)).astype(np.int64), n_in - 1)
+    def columns(n_out: int, n_in: int) -> np.ndarray:
+        s = f(n_in) / f(n_out)
+        return np.minimum(np.floor((np.arange(n_out, dtype=f) + f(0.5)) * s).astype(np.int64), n_in - 1)
 
-    return np.ascontiguousarray(mask[index(out_h, h)[:, None], index(out_w, w)[None, :]])
+    def rows(n_out: int, n_in: int) -> np.ndarray:
+        s = f(n_in) / f(n_out)
+        steps = np.full(n_out, s, f)
+        steps[0] = f(0.5) * s
+        return np.minimum(np.floor(np.cumsum(steps, dtype=f)).astype(np.int64), n_in - 1)  # sequential in float32
+
+    return np.ascontiguousarray(mask[rows(out_h, h)[:, None], columns(out_w, w)[None, :]])
 
 
 def nearest_warp(mask: np.ndarray, inverse: np.ndarray, out_size: Size, fill: int) -> np.ndarray:
     """``mask`` warped by nearest neighbour: output pixel ``(y, x)`` takes the source pixel containing
-    ``inverse @ (x + 0.5, y + 0.5, 1)`` (corner coordinates), ``fill`` where that falls outside."""
+    ``inverse @ (x + 0.5, y + 0.5, 1)`` (corner coordinates), ``fill`` where that falls outside. In the
+    float32 arithmetic of DALI's CPU ``fn.warp_affine(interp_type=INTERP_NN)``, bit for bit: each row
+    starts at ``M @ (0.5, y + 0.5, 1)`` and steps by the matrix's first column (a direct product
+    differs on ties: 2 of 153,600 pixels over 64 draws of 40 x 60)."""
+    f = np.float32
+    m = np.asarray(inverse)[:2].astype(f)
     out_h, out_w = out_size
-    ys, xs = np.mgrid[0:out_h, 0:out_w]
-    src = np.tensordot(inverse[:2], np.stack([xs + 0.5, ys + 0.5, np.ones((out_h, out_w))]), axes=1)
-    sx, sy = np.floor(src[0]).astype(np.int64), np.floor(src[1]).astype(np.int64)
+    y = np.arange(out_h, dtype=f) + f(0.5)
+    src = []
+    for k in range(2):
+        steps = np.empty((out_h, out_w), f)
+        steps[:, 0] = m[k, 0] * f(0.5) + m[k, 1] * y + m[k, 2]
+        steps[:, 1:] = m[k, 0]
+        src.append(np.floor(np.cumsum(steps, axis=1, dtype=f)).astype(np.int64))  # sequential in float32
+    sx, sy = src
     inside = (sx >= 0) & (sx < mask.shape[1]) & (sy >= 0) & (sy < mask.shape[0])
     out = np.full((out_h, out_w), fill, mask.dtype)
     out[inside] = mask[sy[inside], sx[inside]]
@@ -262,10 +284,17 @@ def _exact_mask(op: Transform, mask, params, fill: int = MASK_FILL):
     return op.apply(_checked_mask(op, mask), params)
 
 
+def warp_matrix(op: Transform, params: dict[str, np.ndarray], size: Size) -> NDArray[np.float32]:
+    """The 2x3 float32 destination-to-source matrix the mask kernel of a rotation or affine samples by
+    (corner coordinates): what a DALI graph gives ``fn.warp_affine(inverse_map=True, INTERP_NN)`` to
+    equal it bit for bit (``fn.rotate`` builds its own matrix from the angle: 2 of 3.9 million pixels
+    differed over 256 draws)."""
+    return np.linalg.inv(forward_matrix(op, params, size))[:2].astype(np.float32)
+
+
 def _warped_mask(op: Transform, mask, params, fill: int = MASK_FILL):
     mask = _checked_mask(op, mask)
-    forward = forward_matrix(op, params, mask.shape)
-    return nearest_warp(mask, np.linalg.inv(forward), op.output_size(mask.shape, params), fill)
+    return nearest_warp(mask, warp_matrix(op, params, mask.shape), op.output_size(mask.shape, params), fill)
 
 
 def _unmoved(op: Transform, data: Any, params: dict[str, np.ndarray], **_) -> Any:
