@@ -37,6 +37,7 @@ from ..errors import ConfigError
 from .affine import RandomAffine
 from .base import Size, Transform, register_kernel
 from .crop import RandomResizedCrop, _Crop
+from .erasing import RandomErasing
 from .flip import RandomRot90, _Flip
 from .resize import Resize
 from .rotation import RandomRotation
@@ -313,6 +314,25 @@ for _op, _kernel in MASK_KERNELS.items():
     register_kernel(_op, "boxes", boxes_kernel)
 register_kernel(Transform, "mask", _unmoved)
 register_kernel(Transform, "boxes", _unmoved)
+
+
+def erase_mask(op: RandomErasing, mask, params: dict[str, np.ndarray], value: int) -> np.ndarray:
+    """The mask of a ``RandomErasing`` draw when asked: its box (``params`` from
+    ``spec.make_batch_params``, in output pixels) set to ``value`` (e.g. an ignore id, 255). Not the
+    default: erasing hides pixels, it does not change what the object is, so the registered kernel
+    leaves masks (and boxes) unchanged.
+
+    Raises:
+        ConfigError: ``op`` is not a RandomErasing, or ``value`` is not a uint8 class id.
+    """
+    if not isinstance(op, RandomErasing):
+        raise ConfigError(f"erase_mask: op={op!r}; give the RandomErasing whose draw this is")
+    if not (isinstance(value, (int, np.integer)) and 0 <= value <= 255):
+        raise ConfigError(f"erase_mask(value={value!r}); give a class id in [0, 255] (e.g. 255, an ignore id)")
+    out = _checked_mask(op, mask).copy()
+    top, left, h, w = (int(v) for v in params["box"])
+    out[top:top + h, left:left + w] = value
+    return out
 
 
 def move_targets(ops, params: list[dict[str, np.ndarray]], mask=None, boxes: Boxes | None = None,

@@ -18,8 +18,8 @@ from dali_backend import transforms as T
 from dali_backend.core.augment import AugmentSpec
 from dali_backend.errors import ConfigError
 from dali_backend.transforms.base import KERNELS, Transform, register_kernel
-from dali_backend.transforms.targets import (BoxPolicy, Boxes, forward_matrix, move_targets, nearest_resize,
-                                             rotation_matrix)
+from dali_backend.transforms.targets import (BoxPolicy, Boxes, erase_mask, forward_matrix, move_targets,
+                                             nearest_resize, rotation_matrix)
 
 SIZE = (120, 180)  # (height, width) of the synthetic image
 BACKGROUND, DEFECT, THRESHOLD = 40, 220, 130
@@ -171,6 +171,18 @@ def test_operations_that_are_not_geometric_leave_targets_unchanged():
     for cls in [*others, _Tint]:
         op = op_of(cls.EXAMPLES[0] if cls.EXAMPLES else NO_EXAMPLES.get(cls.__name__, f"{cls.__name__}()"), _Tint=_Tint)
         assert op.kernel_for("mask")(op, mask, {}) is mask and op.kernel_for("boxes")(op, boxes, {}) is boxes
+
+
+def test_random_erasing_leaves_masks_alone_unless_asked():
+    op, mask = T.RandomErasing(p=1.0), defect("ellipse")[1]
+    params = op.make_params(0, 0, 3, SIZE)
+    top, left, h, w = (int(v) for v in params["box"])
+    assert h > 0 and op.kernel_for("mask")(op, mask, params) is mask
+    erased = erase_mask(op, mask, params, 255)
+    assert (erased[top:top + h, left:left + w] == 255).all() and (erased == 255).sum() == h * w
+    assert (mask != 255).all()  # the input is not modified
+    with pytest.raises(ConfigError, match="class id in"):
+        erase_mask(op, mask, params, 300)
 
 
 def test_every_geometric_operation_has_its_own_kernels_and_a_case_here():
