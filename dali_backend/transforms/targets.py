@@ -247,17 +247,16 @@ def nearest_warp(mask: np.ndarray, inverse: np.ndarray, out_size: Size, fill: in
     f = np.float32
     m = np.asarray(inverse)[:2].astype(f)
     out_h, out_w = out_size
+    h, w = mask.shape
     y = np.arange(out_h, dtype=f) + f(0.5)
-    src = []
-    for k in range(2):
-        steps = np.empty((out_h, out_w), f)
-        steps[:, 0] = m[k, 0] * f(0.5) + m[k, 1] * y + m[k, 2]
-        steps[:, 1:] = m[k, 0]
-        src.append(np.floor(np.cumsum(steps, axis=1, dtype=f)).astype(np.int64))  # sequential in float32
-    sx, sy = src
-    inside = (sx >= 0) & (sx < mask.shape[1]) & (sy >= 0) & (sy < mask.shape[0])
-    out = np.full((out_h, out_w), fill, mask.dtype)
-    out[inside] = mask[sy[inside], sx[inside]]
+    steps = np.empty((2, out_h, out_w), f)  # x and y of the source, row by row
+    steps[:, :, 0] = m[:, 0, None] * f(0.5) + m[:, 1, None] * y + m[:, 2, None]
+    steps[:, :, 1:] = m[:, 0, None, None]
+    sx, sy = np.floor(np.cumsum(steps, axis=2, dtype=f, out=steps), out=steps)  # sequential in float32
+    inside = (sx >= 0) & (sx < w) & (sy >= 0) & (sy < h)
+    flat = np.where(inside, sy.astype(np.int64) * w + sx.astype(np.int64), 0)
+    out = np.take(mask.reshape(-1), flat)
+    out[~inside] = fill
     return out
 
 
