@@ -171,9 +171,9 @@ def read_yolo(root: str | Path, images: str = "images", labels: str = "labels",
 
 def read_voc(folder: str | Path, root: str | Path | None = None,
              classes: Sequence[str] | None = None) -> dict[str, ImageTargets]:
-    """Pascal VOC XML files (every ``*.xml`` under ``folder``): ``filename`` (keyed relative to ``root``'s
-    ``folder`` element when present, else as written), ``size`` (``width``, ``height``) and one
-    ``object`` (``name``, ``bndbox``: ``xmin ymin xmax ymax``, 1-based inclusive) per box.
+    """Pascal VOC XML files (every ``*.xml`` under ``folder``): ``filename`` (the key, as written: a path
+    relative to ``root``, checked to exist when ``root`` is given), ``size`` (``width``, ``height``) and
+    one ``object`` (``name``, ``bndbox``: ``xmin ymin xmax ymax``, 1-based inclusive) per box.
 
     Raises:
         TargetError: unparsable XML (line and column), a missing element (named), a box outside its
