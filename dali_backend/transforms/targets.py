@@ -36,13 +36,15 @@ from numpy.typing import NDArray
 from ..errors import ConfigError
 from .affine import RandomAffine
 from .base import Size, Transform, register_kernel
-from .crop import RandomResizedCrop, _Crop
+from .crop import CenterCrop, RandomCrop, RandomResizedCrop
 from .erasing import RandomErasing
-from .flip import RandomRot90, _Flip
+from .flip import RandomHorizontalFlip, RandomRot90, RandomVerticalFlip
 from .resize import Resize
 from .rotation import RandomRotation
 from .window import crop
 
+CROPS = (CenterCrop, RandomCrop, RandomResizedCrop)  # a window (top, left, h, w) resized to the output size
+FLIPS = (RandomHorizontalFlip, RandomVerticalFlip)
 MASK_FILL = 0  # the mask's value where the image is padded or warped in from outside: background
 
 
@@ -160,10 +162,10 @@ def forward_matrix(op: Transform, params: dict[str, np.ndarray], size: Size) -> 
             nh, nw = int(params["height"]), int(params["width"])
             return _affine(nw / w, 0, (out_w - nw + 1) // 2, 0, nh / h, (out_h - nh + 1) // 2)
         return _affine(out_w / w, 0, 0, 0, out_h / h, 0)
-    if isinstance(op, _Crop):
+    if isinstance(op, CROPS):
         top, left, ch, cw = op.window(params)
         return _affine(out_w / cw, 0, 0, 0, out_h / ch, 0) @ _affine(1, 0, -left, 0, 1, -top)
-    if isinstance(op, _Flip):
+    if isinstance(op, FLIPS):
         if not int(params["flip"]):
             return np.eye(3)
         return _affine(-1, 0, w, 0, 1, 0) if op.AXIS == 1 else _affine(1, 0, 0, 0, -1, h)
@@ -271,7 +273,7 @@ def _resize_mask(op: Resize, mask, params, fill: int = MASK_FILL):
     return crop(inner, -((H - nh + 1) // 2), -((W - nw + 1) // 2), H, W, fill)
 
 
-def _crop_mask(op: _Crop, mask, params, fill: int = MASK_FILL):
+def _crop_mask(op: CenterCrop | RandomCrop, mask, params, fill: int = MASK_FILL):
     return crop(_checked_mask(op, mask), *op.window(params), fill)
 
 
@@ -306,8 +308,9 @@ def _unmoved(op: Transform, data: Any, params: dict[str, np.ndarray], **_) -> An
     return data
 
 
-MASK_KERNELS = {Resize: _resize_mask, _Crop: _crop_mask, RandomResizedCrop: _resized_crop_mask,
-                _Flip: _exact_mask, RandomRot90: _exact_mask, RandomRotation: _warped_mask, RandomAffine: _warped_mask}
+MASK_KERNELS = {Resize: _resize_mask, CenterCrop: _crop_mask, RandomCrop: _crop_mask,
+                RandomResizedCrop: _resized_crop_mask, RandomHorizontalFlip: _exact_mask, RandomVerticalFlip: _exact_mask, RandomRot90: _exact_mask,
+                RandomRotation: _warped_mask, RandomAffine: _warped_mask}
 for _op, _kernel in MASK_KERNELS.items():
     register_kernel(_op, "mask", _kernel)
     register_kernel(_op, "boxes", boxes_kernel)
