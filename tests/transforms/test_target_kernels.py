@@ -104,6 +104,20 @@ def test_boxes_are_the_bounding_box_of_the_moved_mask(text):
         assert np.abs(kept.xyxy[0] - expected).max() <= 1.0, f"{text} at {op.describe(params)}: {kept.xyxy[0]} vs {expected}"
 
 
+@pytest.mark.parametrize("text", EXACT)
+def test_the_whole_image_box_lands_exactly_on_the_image_content(text):
+    """Exact rules, to the pixel: the box of the whole input is where the input's pixels land in the
+    output (letterbox bands, crop padding and all), and a full mask fills exactly that region."""
+    op = op_of(text)
+    img, mask = np.full(SIZE + (3,), 255, np.uint8), np.ones(SIZE, np.uint8)
+    whole = Boxes([[0, 0, SIZE[1], SIZE[0]]], [1], SIZE)
+    for position in POSITIONS:
+        params = op.make_params(seed=3, epoch=1, position=position, image_size=SIZE)
+        content = bbox(op.apply(img, params)[..., 0] > 128)
+        np.testing.assert_array_equal(op.kernel_for("boxes")(op, whole, params).xyxy[0], content, err_msg=text)
+        assert np.array_equal(bbox(op.kernel_for("mask")(op, mask, params)), content), text
+
+
 @pytest.mark.parametrize("text", WARPS)
 def test_rotated_boxes_enclose_the_moved_corners(text):
     op = op_of(text)
