@@ -19,6 +19,11 @@ class ManifestError(IndexBuildError):
     """A manifest file is malformed or refers to files outside the data root."""
 
 
+class TargetError(IndexBuildError):
+    """An annotation file or mask is malformed, or does not fit its image (names the file, line or field,
+    the value and the fix): masks and boxes are refused, never silently misaligned."""
+
+
 class IndexFileError(DaliBackendError, ValueError):
     """A saved index file is unreadable, of another format version, or was modified."""
 

@@ -28,6 +28,7 @@ LAYERS = [
     ("dali_backend.core", 0, "contract"), ("dali_backend.sampling", 0, "contract: sampling"),
     ("dali_backend.formats", 0, "contract: formats"), ("dali_backend.transforms", 0, "contract: transforms"),
     ("dali_backend.index", 0, "contract: index"), ("dali_backend.storage", 0, "contract: storage"),
+    ("dali_backend.targets", 0, "contract: targets"),
     ("dali_backend.dali", 1, "executor: dali"), ("fallback", 1, "executor: fallback"),
     ("dali_backend", 2, "facade: package"), ("dali_backend.facade", 2, "facade"), ("dali_backend.telemetry", 2, "facade: telemetry"),
     ("dali_backend.cli", 3, "cli"), ("dali_backend.__main__", 3, "cli"), ("bench", 3, "bench"),

@@ -1,0 +1,23 @@
+"""Targets of an image, read and checked: boxes with class ids from COCO JSON, YOLO txt, Pascal VOC XML or
+a one-row-per-box CSV, and the mask file paired with each image (the MVTec AD rule, a suffix/folder
+rule). Every reader returns ONE table: relative image path -> :class:`ImageTargets`.
+
+The contract, no executor: pure path -> records work (json, xml, csv of the standard library; numpy),
+nothing decoded but a mask's PNG when it is checked. Bad targets are refused with a
+:class:`~dali_backend.errors.TargetError` naming the file, the line or field, the value and the fix:
+a box misplaced by a parser bug would train silently on the wrong pixels, so nothing is clipped or
+skipped on the way in (clipping belongs to the augmentation's :class:`~dali_backend.transforms.targets.BoxPolicy`).
+
+Not yet here (see docs/guides/targets.md): the sample index does not carry these tables, and the
+loaders do not batch them; the kernels that move masks and boxes with a draw are in
+:mod:`dali_backend.transforms.targets`.
+"""
+
+from __future__ import annotations
+
+from .boxes import read_box_csv, read_coco, read_voc, read_yolo
+from .masks import check_mask, load_mask, mvtec_masks, suffix_masks
+from .records import ImageTargets, check_boxes, merge_sources
+
+__all__ = ["ImageTargets", "check_boxes", "merge_sources", "read_coco", "read_yolo", "read_voc", "read_box_csv",
+           "mvtec_masks", "suffix_masks", "check_mask", "load_mask"]

@@ -1,0 +1,152 @@
+"""Mask files paired with their images, and the checks a mask must pass before it moves with one.
+
+Pairing rules (path -> path, nothing decoded):
+
+* :func:`mvtec_masks`, the MVTec AD layout: ``<cat>/test/<defect>/<name>.png`` pairs with
+  ``<cat>/ground_truth/<defect>/<name>_mask.png``; ``good`` images (and ``<cat>/train/``) have none,
+  so they are all background. A defect image without its mask, or a mask without its image, is
+  refused: a missing mask must never read as "no defect".
+* :func:`suffix_masks`: the mask of ``<images>/<sub>/<stem>.<ext>`` is
+  ``<masks>/<sub>/<stem><suffix><mask_ext>`` (``masks`` another folder, or the same one with a suffix).
+
+:func:`check_mask` refuses a mask whose size is not its image's or whose values are not declared
+class ids; :func:`load_mask` reads one (PNG, any integer depth, one channel) and checks it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ..errors import TargetError
+from .records import ImageTargets, Size
+
+GOOD = "good"  # MVTec AD's folder of defect-free images
+
+
+def _files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in suffixes)
+
+
+def mvtec_masks(root: str | Path, suffixes: tuple[str, ...] = (".png",)) -> dict[str, ImageTargets]:
+    """The MVTec AD rule over every ``<cat>/{train,test}/<kind>/<name>`` image under ``root``: a mask
+    path (relative to ``root``) for each defect test image, None for ``good`` and training images.
+
+    Raises:
+        TargetError: a defect image without its mask, a mask without its image, or no category found.
+    """
+    root = Path(root)
+    out: dict[str, ImageTargets] = {}
+    cats = sorted(p for p in root.iterdir() if p.is_dir() and ((p / "test").is_dir() or (p / "train").is_dir()))
+    if not cats:
+        raise TargetError(f"mvtec_masks: no <category>/test or <category>/train folder under {root}; the MVTec AD "
+                          "layout is <category>/{train,test}/<defect or good>/<name>.png")
+    for cat in cats:
+        for split in ("train", "test"):
+            for image in _files(cat / split, suffixes) if (cat / split).is_dir() else []:
+                rel = image.relative_to(root).as_posix()
+                kind = image.parent.name
+                if split == "train" or kind == GOOD:
+                    out[rel] = ImageTargets(mask=None, source="mvtec: good")
+                    continue
+                mask = cat / "ground_truth" / image.relative_to(cat / split).parent / f"{image.stem}_mask.png"
+                if not mask.is_file():
+                    raise TargetError(f"{image}: a '{kind}' test image without its mask {mask}; add the mask, or move "
+                                      f"the image to {cat / 'test' / GOOD} if it has no defect")
+                out[rel] = ImageTargets(mask=mask.relative_to(root).as_posix(), source="mvtec")
+        truth, paired = cat / "ground_truth", {t.mask for t in out.values()}
+        for mask in _files(truth, (".png",)) if truth.is_dir() else []:
+            if mask.relative_to(root).as_posix() not in paired:
+                stem = mask.stem[:-len("_mask")] if mask.stem.endswith("_mask") else mask.stem
+                raise TargetError(f"{mask}: a mask without its image {cat / 'test' / mask.relative_to(truth).parent / stem}"
+                                  f"{suffixes[0]} (MVTec AD names masks <name>_mask.png); remove it or add the image")
+    return out
+
+
+def suffix_masks(images: str | Path, masks: str | Path | None = None, suffix: str = "_mask",
+                 mask_ext: str = ".png", suffixes: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".bmp"),
+                 missing: Literal["background", "error"] = "background") -> dict[str, ImageTargets]:
+    """The mask of ``<images>/<sub>/<stem>.<ext>`` is ``<masks>/<sub>/<stem><suffix><mask_ext>`` (``masks``
+    default: ``images``; the images' own folder then skips files that are masks). Keys and mask paths
+    are relative to ``images``'s parent when ``masks`` is elsewhere, else to ``images``.
+
+    Args:
+        missing: ``"background"``: an image without a mask file is all background; ``"error"``: refused.
+
+    Raises:
+        TargetError: an image without a mask when ``missing="error"``, or ``missing`` not one of both.
+    """
+    if missing not in ("background", "error"):
+        raise TargetError(f"suffix_masks(missing={missing!r}); give 'background' or 'error'")
+    images = Path(images)
+    masks = images if masks is None else Path(masks)
+    base = images if masks == images else images.parent
+    out: dict[str, ImageTargets] = {}
+    for image in _files(images, suffixes):
+        if masks == images and image.stem.endswith(suffix) and image.suffix == mask_ext:
+            continue  # a mask beside its image
+        mask = masks / image.relative_to(images).parent / f"{image.stem}{suffix}{mask_ext}"
+        if mask.is_file():
+            out[image.relative_to(base).as_posix()] = ImageTargets(mask=_rel(mask, base), source=f"suffix {suffix!r}")
+        elif missing == "error":
+            raise TargetError(f"{image}: no mask {mask}; add it, or pass missing='background' to read images without "
+                              "a mask as all background")
+        else:
+            out[image.relative_to(base).as_posix()] = ImageTargets(mask=None, source=f"suffix {suffix!r}")
+    return out
+
+
+def _rel(path: Path, base: Path) -> str:
+    try:
+        return path.relative_to(base).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def check_mask(mask: NDArray, image_size: Size, num_classes: int, where: str) -> NDArray[np.uint8]:
+    """``mask`` as ``H x W`` uint8 class ids after checking it fits its image: ``image_size`` (h, w)
+    equal to its own, and every value in ``[0, num_classes)``. ``where``: the mask's file.
+
+    Raises:
+        TargetError: a mask of another size than its image, more than one channel, or values outside
+            the declared classes (the values and how many pixels hold them named).
+    """
+    if not (isinstance(num_classes, (int, np.integer)) and 1 <= num_classes <= 256):
+        raise TargetError(f"{where}: num_classes={num_classes!r}; masks hold uint8 class ids, give 1..256 classes")
+    mask = np.asarray(mask)
+    if mask.ndim == 3 and mask.shape[2] == 1:
+        mask = mask[..., 0]
+    if mask.ndim != 2:
+        raise TargetError(f"{where}: a mask of shape {mask.shape}; a mask is one channel of class ids (H x W), "
+                          "save it as a gray or indexed PNG")
+    if tuple(mask.shape) != tuple(image_size):
+        raise TargetError(f"{where}: the mask is {mask.shape[1]}x{mask.shape[0]} (width x height), its image "
+                          f"{image_size[1]}x{image_size[0]}; masks must be the size of their image (resize it "
+                          "by nearest neighbour, or pair it with the right image)")
+    if mask.dtype.kind not in "iub":
+        raise TargetError(f"{where}: a mask of dtype {mask.dtype}; class ids are integers")
+    values, counts = np.unique(mask, return_counts=True)
+    bad = (values < 0) | (values >= num_classes)
+    if bad.any():
+        shown = ", ".join(f"{int(v)} ({int(c)} pixels)" for v, c in zip(values[bad][:5], counts[bad][:5]))
+        raise TargetError(f"{where}: values {shown} are outside the declared classes 0..{num_classes - 1}; declare "
+                          f"num_classes={int(values.max()) + 1} or fix the mask (a 0/255 mask: divide by 255)")
+    return mask.astype(np.uint8)
+
+
+def load_mask(path: str | Path, image_size: Size, num_classes: int) -> NDArray[np.uint8]:
+    """Read the mask file at ``path`` unchanged (no colour conversion, any integer depth) and
+    :func:`check_mask` it against ``image_size`` (h, w) and ``num_classes``.
+
+    Raises:
+        TargetError: an unreadable file, or a mask :func:`check_mask` refuses.
+    """
+    import cv2
+
+    mask = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
+    if mask is None:
+        raise TargetError(f"{path}: cannot be read as an image (missing, truncated or not an image); fix the mask file")
+    return check_mask(mask, image_size, num_classes, str(path))

@@ -1,0 +1,98 @@
+"""The per-image target record, the box checks every reader shares, and the rule for combining sources."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ..errors import TargetError
+
+Size = tuple[int, int]  # (height, width)
+EPS = 1e-3  # pixels: a coordinate written as 640.0004 by a float round trip is on the edge, not outside
+
+
+@dataclass(frozen=True)
+class ImageTargets:
+    """The targets of one image: ``boxes`` ``[N, 4]`` float32 XYXY in absolute pixels (``[0, 0]`` the
+    corner of the first pixel, torchvision v2's convention), ``labels`` ``[N]`` int64 class ids,
+    ``mask`` the mask file's path relative to the data root (None: no mask file; a segmentation
+    sample without one is all background), ``source`` the annotation file it came from."""
+
+    boxes: NDArray[np.float32] = field(default_factory=lambda: np.zeros((0, 4), np.float32))
+    labels: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    mask: str | None = None
+    source: str = ""
+
+    def __post_init__(self):
+        boxes = np.asarray(self.boxes, np.float32).reshape(-1, 4)
+        labels = np.asarray(self.labels, np.int64).reshape(-1)
+        if len(boxes) != len(labels):
+            raise TargetError(f"{self.source or 'ImageTargets'}: {len(boxes)} boxes but {len(labels)} labels; "
+                              "give one class id per box")
+        object.__setattr__(self, "boxes", boxes)
+        object.__setattr__(self, "labels", labels)
+
+    def same_as(self, other: ImageTargets) -> bool:
+        return (self.mask == other.mask and np.array_equal(self.boxes, other.boxes)
+                and np.array_equal(self.labels, other.labels))
+
+
+def check_boxes(boxes: NDArray[np.float32], size: Size | None, where: str) -> None:
+    """Refuse boxes with ``x2 < x1`` or ``y2 < y1``, non-finite coordinates, or (``size`` given, (h, w))
+    corners outside the image. ``where(k)`` names the k-th box's file and line or field.
+
+    Raises:
+        TargetError: naming the first bad box, its values and the fix.
+    """
+    boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
+    for k, (x1, y1, x2, y2) in enumerate(boxes):
+        place = where.format(k=k) if "{k}" in where else where
+        shown = f"[x1, y1, x2, y2] = [{x1:g}, {y1:g}, {x2:g}, {y2:g}]"
+        if not np.all(np.isfinite((x1, y1, x2, y2))):
+            raise TargetError(f"{place}: box {shown} has a coordinate that is not a finite number; fix the annotation")
+        if x2 < x1 or y2 < y1:
+            raise TargetError(f"{place}: box {shown} has {'x2 < x1' if x2 < x1 else 'y2 < y1'}; corners must be "
+                              "(left, top, right, bottom): swap them or fix the annotation")
+        if size is not None:
+            h, w = size
+            if x1 < -EPS or y1 < -EPS or x2 > w + EPS or y2 > h + EPS:
+                raise TargetError(f"{place}: box {shown} lies outside its {w}x{h} (width x height) image; clip it to "
+                                  "the image or fix the annotation (is it for another image or size?)")
+
+
+def existing(root: Path | None, rel: str, where: str) -> None:
+    """Refuse an annotation naming an image that is not a file under ``root`` (no check without a root)."""
+    if root is not None and not (Path(root) / rel).is_file():
+        raise TargetError(f"{where}: names {rel!r}, which is not a file under {root}; fix the path in the "
+                          "annotation or pass the data root the paths are relative to")
+
+
+def merge_sources(*tables: dict[str, ImageTargets]) -> dict[str, ImageTargets]:
+    """One table from several sources (e.g. the boxes of a COCO file and masks by a pairing rule): an
+    image's boxes from one source and its mask from another combine; the same image given boxes (or
+    masks) by two sources is refused, unless both say exactly the same.
+
+    Raises:
+        TargetError: two conflicting annotation sources for one image, naming both.
+    """
+    out: dict[str, ImageTargets] = {}
+    for table in tables:
+        for rel, t in table.items():
+            have = out.get(rel)
+            if have is None:
+                out[rel] = t
+                continue
+            boxes_clash = len(have.labels) and len(t.labels) and not (
+                np.array_equal(have.boxes, t.boxes) and np.array_equal(have.labels, t.labels))
+            mask_clash = have.mask is not None and t.mask is not None and have.mask != t.mask
+            if boxes_clash or mask_clash:
+                what = "boxes" if boxes_clash else f"masks ({have.mask!r} and {t.mask!r})"
+                raise TargetError(f"{rel!r}: two annotation sources give different {what}: {have.source or '?'} and "
+                                  f"{t.source or '?'}; keep one source per image (remove it from the other)")
+            take = t if len(t.labels) else have
+            out[rel] = ImageTargets(take.boxes, take.labels, have.mask if have.mask is not None else t.mask,
+                                    " + ".join(s for s in (have.source, t.source) if s))
+    return out

@@ -1,0 +1,88 @@
+"""The CPU mask kernels (dali_backend/transforms/targets.py) equal DALI's nearest-neighbour operators on
+DALI's CPU backend: ``fn.resize`` and ``fn.warp_affine`` with ``INTERP_NN`` on the same drawn parameters
+give the same class ids, pixel for pixel (``fn.rotate``: all but rare ties). The loaders do not run masks through DALI
+yet; this pins the rule the graph will use."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dali_backend import transforms as T
+from dali_backend.transforms.targets import nearest_resize, warp_matrix
+
+pytest.importorskip("nvidia.dali")
+
+SHAPES = [(37, 53), (40, 60), (61, 16)]
+
+
+def constant(batch: list[np.ndarray]):
+    return lambda: batch  # no argument: DALI would pass a callable with one the iteration number
+
+
+def run(masks: list[np.ndarray], build, params: list[dict]) -> list[np.ndarray]:
+    """``build(mask_node, params_of_sample)`` on DALI's CPU operators, one sample per mask."""
+    import nvidia.dali as dali
+    from nvidia.dali import fn, types
+
+    names = sorted(params[0])
+    arrays = [[np.asarray(p[k], np.float32) for p in params] for k in names]
+
+    @dali.pipeline_def(batch_size=len(masks), num_threads=1, device_id=None)
+    def pipe():
+        x = fn.external_source(source=lambda: [m[..., None] for m in masks], layout="HWC", dtype=types.UINT8)
+        nodes = {k: fn.external_source(source=constant(a), dtype=types.FLOAT) for k, a in zip(names, arrays)}
+        return build(x, nodes)
+
+    p = pipe()
+    p.build()
+    (out,) = p.run()
+    return [np.array(out[i])[..., 0] for i in range(len(masks))]
+
+
+def labels(shape) -> np.ndarray:
+    return np.random.default_rng(list(shape)).integers(0, 5, shape).astype(np.uint8)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_dali_nearest_resize_equals_the_cpu_mask_kernel(shape):
+    from nvidia.dali import fn, types
+
+    mask = labels(shape)
+    sizes = [(24, 40), (100, 7), shape, (2 * shape[0] + 1, 3 * shape[1]), (13, 50), (1, 1)]
+    params = [{"h": np.float32(h), "w": np.float32(w)} for h, w in sizes]
+    got = run([mask] * len(sizes), lambda x, p: fn.resize(x, resize_x=p["w"], resize_y=p["h"],
+                                                          interp_type=types.INTERP_NN, antialias=False), params)
+    for (h, w), g in zip(sizes, got):
+        assert np.array_equal(g, nearest_resize(mask, h, w)), (shape, (h, w))
+
+
+@pytest.mark.parametrize("text", [*T.RandomAffine.EXAMPLES, *T.RandomRotation.EXAMPLES])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_dali_nearest_warp_equals_the_cpu_mask_kernels(text, shape):
+    """Rotation and affine masks through ``fn.warp_affine`` with the kernel's own matrix (``warp_matrix``):
+    the same float32 numbers, the same class ids."""
+    from nvidia.dali import fn, types
+
+    op, mask = eval(text, vars(T)), labels(shape)
+    params = [op.make_params(seed=2, epoch=0, position=k, image_size=shape) for k in range(16)]
+    matrices = [{"m": warp_matrix(op, p, shape)} for p in params]
+    got = run([mask] * len(params), lambda x, p: fn.warp_affine(x, matrix=p["m"], inverse_map=True,
+                                                                 interp_type=types.INTERP_NN, fill_value=0.0), matrices)
+    for p, g in zip(params, got):
+        want = op.kernel_for("mask")(op, mask, p)
+        assert np.array_equal(g, want), f"{text} {shape} {op.describe(p)}: {(g != want).sum()} pixels differ"
+
+
+def test_dali_rotate_agrees_with_the_rotation_mask_kernel_but_for_rare_ties():
+    """``fn.rotate`` computes its own matrix from the angle: the same geometry (centre, sign), and at most
+    a pixel of a few hundred thousand on ties (the graph should use ``fn.warp_affine`` with ``warp_matrix``)."""
+    from nvidia.dali import fn, types
+
+    op, shape = T.RandomRotation(30), (40, 60)
+    mask = labels(shape)
+    params = [op.make_params(seed=2, epoch=0, position=k, image_size=shape) for k in range(16)]
+    got = run([mask] * len(params), lambda x, p: fn.rotate(x, angle=p["angle"], keep_size=True,
+                                                            interp_type=types.INTERP_NN, fill_value=0.0), params)
+    differ = sum(int((g != op.kernel_for("mask")(op, mask, p)).sum()) for p, g in zip(params, got))
+    assert differ <= 2, differ
