@@ -11,7 +11,8 @@ import pytest
 
 from dali_backend.formats import registry
 from dali_backend.index import SampleIndex
-from tests.helpers import KINDS, write
+from tests.formats.backends import served_by_both
+from tests.helpers import write
 
 cv2 = pytest.importorskip("cv2")
 Image = pytest.importorskip("PIL.Image")
@@ -134,15 +135,7 @@ def test_the_header_reads_depth_channels_and_orientation():
 
 @pytest.mark.parametrize("color", ["rgb", "gray"])
 def test_both_backends_serve_equal_pixels(png_tree, color):
-    from dali_backend import AugmentSpec, DaliLoader, ImageDataset
-    from dali_backend import transforms as T
-
-    index = SampleIndex.from_folder(png_tree, progress=False)
-    spec = AugmentSpec(ops=[T.Resize((24, 32))], color=color, dtype="uint8")
-    out = {}
-    for kind, args in KINDS.items():
-        loader = DaliLoader(ImageDataset(index, spec, seed=3), batch_size=5, shuffle=False, **args)
-        out[kind] = np.concatenate([x.numpy() for x, _ in loader])
+    out = served_by_both(png_tree, color)
     assert out["torch"].shape[0] == 15
     assert np.array_equal(out["torch"], out["dali-cpu"])
     assert len({im.tobytes() for im in out["torch"]}) >= 11  # rgb = rgba = interlaced, gray = gray_alpha: no blanks
