@@ -169,6 +169,23 @@ def depth_refusal(format_name: str, bit_depth: int) -> str | None:
             "sources are supported")
 
 
+def indexed_refusal(width: int, height: int, indexed: tuple[int, int] | None) -> str | None:
+    """Why served bytes whose header says ``width`` x ``height`` are not the image indexed as ``indexed``
+    (``(width, height)``; None or a 0: not recorded, not compared), or None."""
+    if indexed is None or not (indexed[0] and indexed[1]) or (width, height) == (int(indexed[0]), int(indexed[1])):
+        return None
+    return (f"not the indexed image (changed since indexing): its header says {width}x{height}, the index "
+            f"{int(indexed[0])}x{int(indexed[1])}")
+
+
+def served_by_check(fmt_check: Checker, data: bytes | memoryview, indexed: tuple[int, int] | None) -> str | None:
+    """The run-time check of a format whose served bytes are checked as at index time (headers and
+    offsets, no size limit), then compared with the indexed size."""
+    data = bytes(data)
+    res = fmt_check(data, len(data), 1 << 62, lambda end: data, data[-2:])
+    return res.reason or indexed_refusal(res.width, res.height, indexed)
+
+
 def _unclaimed(head: bytes) -> Check:
     return Check("empty file (0 bytes)" if not head else
                  f"no registered image format's signature (starts with {bytes(head[:4]).hex(' ')})")
