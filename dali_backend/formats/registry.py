@@ -266,6 +266,21 @@ def dali_decoder_args(gpu: bool) -> dict[str, Any]:
     return out
 
 
+def opencv_decode(data: Any, colour: str) -> Any:
+    """Decode encoded ``data`` (a uint8 array or bytes) as the fallback does: gray (HxW) or RGB (HxWx3)
+    uint8 by the decoder of the format its bytes name (:func:`opencv_decoding`; unclaimed bytes: OpenCV's
+    own guess); None when the decoder refuses the data. Imports OpenCV (only here, when called)."""
+    import cv2
+    import numpy as np
+
+    buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) else data
+    how = opencv_decoding(buf[:16], colour) or ("IMREAD_GRAYSCALE" if colour == "gray" else "IMREAD_COLOR")
+    if callable(how):  # the entry's own decoder (TIFF: DALI's gray conversion; a format OpenCV does not read)
+        return how(buf, colour)
+    out = cv2.imdecode(buf, getattr(cv2, how))
+    return out if out is None or colour == "gray" else cv2.cvtColor(out, cv2.COLOR_BGR2RGB)
+
+
 def opencv_decoding(data: bytes | memoryview, colour: str) -> str | Callable[..., Any] | None:
     """The fallback's decoder for ``data`` in ``colour``: a ``cv2`` imread flag name, or a callable
     ``decode(bytes, colour)``; None when no format claims the bytes."""

@@ -71,7 +71,7 @@ class _Ifd:
         if pos + width > self.size:
             raise _Bad(f"truncated: {what} at byte {pos} lies past the end of the {self.size}-byte file")
         if pos + width > len(self.data):
-            self.data = self.load(None)
+            self.data = self.load(pos + width)  # an IFD past the bytes read: a bucket's object loads up to it
         return int.from_bytes(self.data[pos:pos + width], self.order)
 
     def one(self, tag: int, default: int = 0) -> int:
