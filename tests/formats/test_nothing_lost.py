@@ -1,0 +1,48 @@
+"""A mixed folder indexes every file; what an index leaves out is said at build time, per class."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from dali_backend.errors import FilesNotIndexedWarning
+from dali_backend.index import SampleIndex
+from tests.formats.test_bmp_webp import variants as bmp_webp_variants
+from tests.formats.test_png import png_variants
+from tests.formats.test_tiff import tiff_variants
+from tests.helpers import jpeg_bytes, write
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    for label, seed in (("good", 0), ("rare", 1)):
+        write(tmp_path / label / "a.jpg", jpeg_bytes(seed=seed))
+        write(tmp_path / label / "b.png", png_variants(seed)["rgb"])
+        write(tmp_path / label / "c.tif", tiff_variants(seed)["lzw"])
+        write(tmp_path / label / "d.bmp", bmp_webp_variants(seed)["rgb.bmp"])
+        write(tmp_path / label / "e.webp", bmp_webp_variants(seed)["lossless.webp"])
+    return tmp_path
+
+
+def test_a_mixed_folder_indexes_every_file_without_a_warning(mixed, recwarn):
+    index = SampleIndex.from_folder(mixed, progress=False)
+    assert len(index) == 10 and not index.rejected and not index.ignored
+    assert not [w for w in recwarn if issubclass(w.category, FilesNotIndexedWarning)]
+
+
+def test_a_class_that_loses_files_says_how_many_at_build_time(mixed, caplog):
+    write(mixed / "rare" / "f.gif", b"GIF89a")
+    write(mixed / "rare" / "g.png", png_variants(2)["rgb"][:-20])
+    write(mixed / "rare" / "h.tif", np.zeros(10, np.uint8).tobytes())
+    write(mixed / "good" / ".hidden.jpg", b"x")  # hidden: skipped on purpose, not a loss
+    with caplog.at_level(logging.WARNING, logger="dali_backend"), \
+            pytest.warns(FilesNotIndexedWarning) as warned:
+        index = SampleIndex.from_folder(mixed, progress=False)
+    text = str(warned[0].message)
+    assert text.startswith(f"3 files under {index.root} left out of the index: class 'rare' lost 3 of 8 (other extension 1, "
+                           "rejected 2)")
+    assert "good" not in text
+    assert any(r.getMessage() == text for r in caplog.records)
+    assert text in index.summary()
