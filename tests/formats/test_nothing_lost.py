@@ -46,3 +46,30 @@ def test_a_class_that_loses_files_says_how_many_at_build_time(mixed, caplog):
     assert "good" not in text
     assert any(r.getMessage() == text for r in caplog.records)
     assert text in index.summary()
+
+
+def test_pack_keeps_each_formats_extension_and_its_pixels(mixed, tmp_path):
+    import tarfile
+
+    from dali_backend.storage.pack import pack
+
+    index = SampleIndex.from_folder(mixed, progress=False)
+    packed = pack(index, tmp_path / "packed", shard_bytes=10**8)
+    with tarfile.open(tmp_path / "packed" / packed.shards.names[0]) as tar:
+        names = [m.name for m in tar.getmembers()]
+    assert sorted(n.split(".")[1] for n in names if not n.endswith(".cls")) == sorted(
+        ["jpg", "png", "tif", "bmp", "webp"] * 2)
+    from dali_backend import AugmentSpec, DaliLoader, ImageDataset
+
+    spec = AugmentSpec(size=16, color="rgb", dtype="uint8")
+    loose, shards = ([x.numpy() for x, _ in DaliLoader(ImageDataset(i, spec), batch_size=10, device="cpu",
+                                                         backend="torch")] for i in (index, packed))
+    assert np.array_equal(np.concatenate(loose), np.concatenate(shards))
+
+
+@pytest.mark.parametrize("color", ["rgb", "gray"])
+def test_a_mixed_folder_gives_equal_batches_on_both_backends(mixed, color):
+    from tests.formats.backends import served_by_both
+
+    out = served_by_both(mixed, color)
+    assert out["torch"].shape[0] == 10 and np.array_equal(out["torch"], out["dali-cpu"])
