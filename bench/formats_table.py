@@ -57,7 +57,7 @@ def _cv(ext: str, arr, *params) -> bytes:
     return cv2.imencode(ext, arr, list(params))[1].tobytes()
 
 
-def _interlaced_png(rgb: np.ndarray) -> bytes:
+def interlaced_png(rgb: np.ndarray) -> bytes:
     """An Adam7-interlaced RGB PNG (neither OpenCV nor Pillow writes one): raw passes, filter 0."""
     import zlib
 
@@ -94,7 +94,7 @@ def variants(seed: int = 0) -> dict[str, Callable[[], bytes]]:
         "PNG gray": lambda: _cv(".png", gray), "PNG RGB": lambda: _cv(".png", rgb),
         "PNG RGBA": lambda: _pil(rgba, "PNG"), "PNG gray+alpha": lambda: _pil(Image.fromarray(np.dstack([gray, gray[::-1]]), "LA"), "PNG"),  # noqa: E501
         "PNG palette": lambda: _pil(pal, "PNG"), "PNG 1-bit": lambda: _pil(bits, "PNG"),
-        "PNG interlaced (Adam7)": lambda: _interlaced_png(rgb),
+        "PNG interlaced (Adam7)": lambda: interlaced_png(rgb),
         "PNG 16-bit gray": lambda: _cv(".png", deep[..., 0]), "PNG 16-bit RGB": lambda: _cv(".png", deep),
         "BMP RGB (24-bit)": lambda: _cv(".bmp", rgb), "BMP gray (8-bit palette)": lambda: _cv(".bmp", gray),
         "BMP 1-bit": lambda: _pil(bits, "BMP"), "BMP palette (8-bit)": lambda: _pil(pal, "BMP"),
