@@ -73,3 +73,26 @@ def test_a_mixed_folder_gives_equal_batches_on_both_backends(mixed, color):
 
     out = served_by_both(mixed, color)
     assert out["torch"].shape[0] == 10 and np.array_equal(out["torch"], out["dali-cpu"])
+
+
+def test_variable_size_batches_and_region_crops_over_mixed_formats_agree(tmp_path):
+    """pad_batch (each image's own size, from its format's header) and a first crop (decoded by region
+    for JPEG, whole then cropped for the others) give the same batches on both backends."""
+    from dali_backend import AugmentSpec, DaliLoader, ImageDataset
+    from dali_backend import transforms as T
+    from tests.helpers import KINDS
+
+    cv2 = pytest.importorskip("cv2")
+    rng = np.random.default_rng(7)
+    for k, (ext, h, w) in enumerate(((".png", 30, 44), (".bmp", 26, 38), (".webp", 34, 40), (".jpg", 40, 28),
+                                     (".tif", 22, 50))):
+        img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        write(tmp_path / ("a" if k % 2 else "b") / f"{k}{ext}", cv2.imencode(ext, img)[1].tobytes())
+    index = SampleIndex.from_folder(tmp_path, progress=False)
+    for spec in (AugmentSpec(ops=[T.RandomHorizontalFlip()], color="rgb", dtype="uint8", pad_batch=8),
+                 AugmentSpec(ops=[T.RandomResizedCrop(16)], color="rgb", dtype="uint8")):
+        out = {}
+        for kind, args in KINDS.items():
+            loader = DaliLoader(ImageDataset(index, spec, seed=2), batch_size=5, shuffle=False, **args)
+            out[kind] = [b[0].numpy() for b in loader]
+        assert len(out["torch"]) == 1 and all(np.array_equal(a, b) for a, b in zip(out["torch"], out["dali-cpu"]))
