@@ -133,3 +133,21 @@ def test_verify_decode_catches_corrupt_pixel_data_the_header_check_passes(tmp_pa
     index = SampleIndex.from_folder(tmp_path, verify="decode", progress=False)
     assert list(index.paths) == ["a/good.png"]
     assert "corrupt or unsupported PNG data" in index.rejected[0].reason
+
+
+def test_the_mvtec_ad_layout_indexes_by_split(tmp_path):
+    """``<category>/train/good``, ``<category>/test/<defect>`` and the masks in ``ground_truth/<defect>``:
+    ``split=`` picks the images; the classes are the same in both splits; the masks are not samples."""
+    root = tmp_path / "bottle"
+    v = png_variants(8)
+    for k in range(3):
+        write(root / "train" / "good" / f"{k:03d}.png", v["rgb"])
+    for defect in ("good", "broken_large", "contamination"):
+        write(root / "test" / defect / "000.png", v["gray"])
+    for defect in ("broken_large", "contamination"):
+        write(root / "ground_truth" / defect / "000_mask.png", v["one_bit"])
+    train = SampleIndex.from_folder(root, split="train", progress=False)
+    test = SampleIndex.from_folder(root, split="test", progress=False)
+    assert train.classes == test.classes == ("broken_large", "contamination", "good")
+    assert train.class_counts().tolist() == [0, 0, 3] and test.class_counts().tolist() == [1, 1, 1]
+    assert not any("mask" in p for p in [*train.paths, *test.paths])
