@@ -96,3 +96,13 @@ def test_variable_size_batches_and_region_crops_over_mixed_formats_agree(tmp_pat
             loader = DaliLoader(ImageDataset(index, spec, seed=2), batch_size=5, shuffle=False, **args)
             out[kind] = [b[0].numpy() for b in loader]
         assert len(out["torch"]) == 1 and all(np.array_equal(a, b) for a, b in zip(out["torch"], out["dali-cpu"]))
+
+
+def test_update_takes_new_files_of_every_format(mixed):
+    index = SampleIndex.from_folder(mixed, progress=False)
+    write(mixed / "rare" / "f.png", png_variants(9)["palette"])
+    write(mixed / "good" / "g.tiff", tiff_variants(9)["deflate"])
+    (mixed / "good" / "d.bmp").unlink()
+    updated = index.update(progress=False)
+    assert sorted(set(updated.paths) - set(index.paths)) == ["good/g.tiff", "rare/f.png"]
+    assert "good/d.bmp" not in updated.paths and len(updated) == 11
