@@ -92,7 +92,7 @@ def variants(seed: int = 0) -> dict[str, Callable[[], bytes]]:
     return {
         "JPEG RGB (baseline, q90)": lambda: _cv(".jpg", rgb),
         "PNG gray": lambda: _cv(".png", gray), "PNG RGB": lambda: _cv(".png", rgb),
-        "PNG RGBA": lambda: _pil(rgba, "PNG"), "PNG gray+alpha": lambda: _pil(Image.fromarray(np.dstack([gray, gray[::-1]]), "LA"), "PNG"),  # noqa: E501
+        "PNG RGBA": lambda: _pil(rgba, "PNG"), "PNG gray+alpha": lambda: _pil(Image.fromarray(np.dstack([gray, gray[::-1]]), "LA"), "PNG"),
         "PNG palette": lambda: _pil(pal, "PNG"), "PNG 1-bit": lambda: _pil(bits, "PNG"),
         "PNG interlaced (Adam7)": lambda: interlaced_png(rgb),
         "PNG 16-bit gray": lambda: _cv(".png", deep[..., 0]), "PNG 16-bit RGB": lambda: _cv(".png", deep),

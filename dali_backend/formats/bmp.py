@@ -22,7 +22,9 @@ def _fields(data: bytes) -> dict[str, int] | None:
     """The header fields, or None when the headers are cut short."""
     if len(data) < 26 or not data.startswith(MAGIC):
         return None
-    le = lambda a, b, signed=False: int.from_bytes(data[a:b], "little", signed=signed)  # noqa: E731
+    def le(a: int, b: int, signed: bool = False) -> int:
+        return int.from_bytes(data[a:b], "little", signed=signed)
+
     dib = le(14, 18)
     if dib == 12:  # OS/2 BITMAPCOREHEADER: 16-bit sizes
         return dict(file_size=le(2, 6), offset=le(10, 14), dib=dib, width=le(18, 20), height=le(20, 22),

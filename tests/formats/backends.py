@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.helpers import KINDS  # noqa: F401  (re-exported for the format tests)
+from tests.helpers import KINDS
 
 
 def served_by_both(root, color: str, size: tuple[int, int] = (24, 32)) -> dict[str, np.ndarray]:
