@@ -14,7 +14,7 @@ from tests.helpers import write
 cv2 = pytest.importorskip("cv2")
 
 
-def test_a_mixed_bucket_indexes_and_serves_like_the_folder(s3, mixed):  # noqa: F811
+def test_a_mixed_bucket_indexes_and_serves_like_the_folder(s3, mixed, tmp_path):  # noqa: F811
     from bench.s3local import upload_folder
     from dali_backend import AugmentSpec, DaliLoader, ImageDataset
 
@@ -43,3 +43,6 @@ def test_a_mixed_bucket_indexes_and_serves_like_the_folder(s3, mixed):  # noqa: 
                 loader.close()
     first = out["torch", "local"]
     assert first.shape[0] == 11 and all(np.array_equal(first, v) for v in out.values())
+    for _ in ("cold", "warm"):  # cache_dir: each format's bytes cached as they are, the same pixels
+        cached = ImageDataset(remote, spec, cache_dir=tmp_path / "cache")
+        assert np.array_equal(np.stack([cached[i][0].numpy() for i in range(len(remote))]), first)
