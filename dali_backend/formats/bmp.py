@@ -80,7 +80,7 @@ def _check(head: bytes, size: int, max_pixels: int, load, tail: bytes) -> Check:
     if f["offset"] >= size or needed > size:
         return Check(f"truncated: the pixel rows need {needed} bytes from offset {f['offset']}, the file has {size}",
                      width, height)
-    return Check(None, width, height)
+    return Check(None, width, height, bit_depth=min(f["bits"], 8))
 
 
 def served_refusal(data: bytes | memoryview, indexed: tuple[int, int] | None = None) -> str | None:

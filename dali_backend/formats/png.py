@@ -120,7 +120,7 @@ def _check(head: bytes, size: int, max_pixels: int, load, tail: bytes) -> Check:
         pos = end
     if len(set(orientations)) > 1:
         return Check(f"eXIf chunks with different orientations ({orientations}): keep one", width, height)
-    return Check(None, width, height)
+    return Check(None, width, height, bit_depth=head[24])
 
 
 def served_refusal(data: bytes | memoryview, indexed: tuple[int, int] | None = None) -> str | None:

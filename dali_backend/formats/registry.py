@@ -35,6 +35,7 @@ class Check:
     width: int = 0
     height: int = 0
     format: str = ""  # the registered format that checked the file (set by check_head)
+    bit_depth: int = 8  # bits per sample of an accepted file (PNG and BMP: 1, 2, 4 or 8; see depth_refusal)
 
     @property
     def ok(self) -> bool:

@@ -106,6 +106,7 @@ def test_the_header_reads_depth_channels_and_orientation():
     v = png_variants(4)
     assert registry.read_header(v["gray"]).channels == 1 and registry.read_header(v["rgba"]).channels == 3
     assert registry.read_header(v["one_bit"]).bit_depth == 1
+    assert registry.check_bytes(v["one_bit"]).bit_depth == 1 and registry.check_bytes(v["rgb"]).format == "png"
     sixteen = cv2.imencode(".png", np.zeros((5, 7, 3), np.uint16))[1].tobytes()
     assert registry.read_header(sixteen).bit_depth == 16 and registry.decoded_size(sixteen) == (5, 7)
     exif = Image.Exif()
