@@ -1,7 +1,7 @@
 """The fallback's steps around the operations: decoding with OpenCV and running a spec's operations.
 
-* decode: ``cv2.imdecode`` with the flags of the format's registry entry (JPEG: libjpeg-turbo, EXIF
-  orientation applied, as DALI's CPU decoder);
+* decode: the decoder of the format's registry entry (``cv2.imdecode`` with its flags; JPEG:
+  libjpeg-turbo, EXIF orientation applied, as DALI's CPU decoder; TIFF: DALI's gray conversion);
 * :func:`apply_spec`: every operation's own CPU implementation (``Transform.apply``), in order, with
   the draw's parameters: the preset too (its list is ``[Clahe, Resize, RandomRotation, ColorJitter]``);
   there is no second implementation of any step here;
@@ -12,27 +12,20 @@
 
 from __future__ import annotations
 
-import cv2
 import numpy as np
 from numpy.typing import NDArray
 
 from dali_backend.core.augment import AugmentSpec
-from dali_backend.formats.registry import opencv_decoding
+from dali_backend.formats.registry import opencv_decode
 from dali_backend.core.tensors import normalize  # noqa: F401  (re-exported: one normalisation for both backends)
 
 Image = NDArray[np.uint8]  # HxW (gray) or HxWx3 (RGB)
 
 
 def decode(data: NDArray[np.uint8] | bytes, color: str) -> Image | None:
-    """Decode JPEG bytes to gray (HxW) or RGB (HxWx3) uint8; None when OpenCV refuses the data."""
-    buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) else data
-    how = opencv_decoding(buf[:16], color) or ("IMREAD_GRAYSCALE" if color == "gray" else "IMREAD_COLOR")
-    if callable(how):  # a format OpenCV does not read decodes itself (its registry entry's decoder)
-        return how(buf, color)
-    if color == "gray":
-        return cv2.imdecode(buf, getattr(cv2, how))
-    bgr = cv2.imdecode(buf, getattr(cv2, how))
-    return None if bgr is None else cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    """Decode encoded bytes to gray (HxW) or RGB (HxWx3) uint8 by their format's registry entry
+    (:func:`~dali_backend.formats.registry.opencv_decode`); None when the decoder refuses the data."""
+    return opencv_decode(data, color)
 
 
 # ----------------------------------------------------------------------------------------- resize

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..errors import ConfigError
@@ -34,6 +34,8 @@ class Check:
     reason: str | None
     width: int = 0
     height: int = 0
+    format: str = ""  # the registered format that checked the file (set by check_head)
+    bit_depth: int = 8  # bits per sample of an accepted file (PNG and BMP: 1, 2, 4 or 8; see depth_refusal)
 
     @property
     def ok(self) -> bool:
@@ -152,6 +154,50 @@ def sniff(head: bytes | memoryview, filename: str | None = None) -> ImageFormat 
     return None
 
 
+OPENCV_IMREAD = {"gray": "IMREAD_GRAYSCALE", "rgb": "IMREAD_COLOR"}  # the formats OpenCV reads as DALI does
+
+
+def over_limit(what: str, width: int, height: int, max_pixels: int) -> str | None:
+    """Why a ``width`` x ``height`` image that ``what`` declares is over ``max_pixels``, or None."""
+    if width * height <= max_pixels:
+        return None
+    return (f"{what} declares {width}x{height} = {width * height / 1e6:.1f} MP, over the limit of "
+            f"{max_pixels / 1e6:.1f} MP (raise max_pixels to accept it)")
+
+
+MAX_BIT_DEPTH = 8  # the deepest samples the operations take today (16-bit sources: a declared conversion first)
+
+
+def depth_refusal(format_name: str, bit_depth: int) -> str | None:
+    """Why an image of ``bit_depth`` bits per sample is not served, or None: THE place where a bit depth
+    over 8 is decided (every entry's check and run-time check call it). Measured (issue 34): DALI's
+    ``decoders.image`` and ``cv2.imdecode`` reduce 16-bit PNG and TIFF to 8 bits differently (up to 1
+    level apart), so until a declared conversion (a ``Window`` step) keeps the 16 bits, they are refused.
+    """
+    if bit_depth <= MAX_BIT_DEPTH:
+        return None
+    return (f"{bit_depth}-bit {format_name}: the loaders take 8-bit images only for now (the decoders would "
+            f"reduce it to 8 bits differently); convert it to 8-bit, or add a Window(...) conversion once 16-bit "
+            "sources are supported")
+
+
+def indexed_refusal(width: int, height: int, indexed: tuple[int, int] | None) -> str | None:
+    """Why served bytes whose header says ``width`` x ``height`` are not the image indexed as ``indexed``
+    (``(width, height)``; None or a 0: not recorded, not compared), or None."""
+    if indexed is None or not (indexed[0] and indexed[1]) or (width, height) == (int(indexed[0]), int(indexed[1])):
+        return None
+    return (f"not the indexed image (changed since indexing): its header says {width}x{height}, the index "
+            f"{int(indexed[0])}x{int(indexed[1])}")
+
+
+def served_by_check(fmt_check: Checker, data: bytes | memoryview, indexed: tuple[int, int] | None) -> str | None:
+    """The run-time check of a format whose served bytes are checked as at index time (headers and
+    offsets, no size limit), then compared with the indexed size."""
+    data = bytes(data)
+    res = fmt_check(data, len(data), 1 << 62, lambda end: data, data[-2:])
+    return res.reason or indexed_refusal(res.width, res.height, indexed)
+
+
 def _unclaimed(head: bytes) -> Check:
     return Check("empty file (0 bytes)" if not head else
                  f"no registered image format's signature (starts with {bytes(head[:4]).hex(' ')})")
@@ -162,7 +208,10 @@ def check_head(head: bytes, size: int, max_pixels: int, load: Callable[[int | No
     """The index-time check of a file whose first bytes are ``head`` (see :data:`Checker`), by the
     format its bytes (or name) choose; ``only``: check as that format whatever the bytes."""
     fmt = by_name(only) if only is not None else sniff(head, filename)
-    return _unclaimed(head) if fmt is None else fmt.check(head, size, max_pixels, load, tail)
+    if fmt is None:
+        return _unclaimed(head)
+    res = fmt.check(head, size, max_pixels, load, tail)
+    return res if res.format else replace(res, format=fmt.name)
 
 
 def check_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS, filename: str | None = None,
@@ -227,6 +276,21 @@ def dali_decoder_args(gpu: bool) -> dict[str, Any]:
     for fmt in FORMATS.values():
         out.update(fmt.decoding.dali_gpu if gpu else fmt.decoding.dali_cpu)
     return out
+
+
+def opencv_decode(data: Any, colour: str) -> Any:
+    """Decode encoded ``data`` (a uint8 array or bytes) as the fallback does: gray (HxW) or RGB (HxWx3)
+    uint8 by the decoder of the format its bytes name (:func:`opencv_decoding`; unclaimed bytes: OpenCV's
+    own guess); None when the decoder refuses the data. Imports OpenCV (only here, when called)."""
+    import cv2
+    import numpy as np
+
+    buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) else data
+    how = opencv_decoding(buf[:16], colour) or ("IMREAD_GRAYSCALE" if colour == "gray" else "IMREAD_COLOR")
+    if callable(how):  # the entry's own decoder (TIFF: DALI's gray conversion; a format OpenCV does not read)
+        return how(buf, colour)
+    out = cv2.imdecode(buf, getattr(cv2, how))
+    return out if out is None or colour == "gray" else cv2.cvtColor(out, cv2.COLOR_BGR2RGB)
 
 
 def opencv_decoding(data: bytes | memoryview, colour: str) -> str | Callable[..., Any] | None:
