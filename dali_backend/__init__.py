@@ -54,6 +54,7 @@ from .errors import (BadImageError, ColorDroppedWarning, ConfigError, DaliBacken
                      LoaderClosedError, LoaderTimeoutError, LoaderWorkerError, ManifestError, MissingDependencyError,
                      OutputFileError, StaleIndexError, StaleIteratorError, StorageError)
 from .core.augment import AmplificationWarning, AugmentSpec, AugParams, Clahe, draw_params
+from .transforms.intensity import Window
 from .index import Rejected, SampleIndex
 from .core.labelling import DEFAULT_KEYWORDS, KeywordRules
 from .sampling.sequences import Sequences
@@ -62,7 +63,7 @@ logging.getLogger("dali_backend").addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 __all__ = [
-    "AugmentSpec", "AugParams", "Clahe", "draw_params", "SampleIndex", "Rejected", "KeywordRules", "DEFAULT_KEYWORDS",
+    "AugmentSpec", "AugParams", "Clahe", "Window", "draw_params", "SampleIndex", "Rejected", "KeywordRules", "DEFAULT_KEYWORDS",
     "WeightedSampler", "Draw", "AspectGroupedSampler", "padding_fraction", "Sequences", "ClipSampler", "Clip", "DaliLoader", "ImageDataset", "FallbackLoader", "DaliBackendError", "ConfigError",
     "IndexBuildError", "IndexFileError",
     "ManifestError", "StaleIndexError", "BadImageError", "MissingDependencyError", "LoaderWorkerError", "LoaderClosedError",

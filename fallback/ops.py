@@ -23,9 +23,12 @@ from dali_backend.core.tensors import normalize  # noqa: F401  (re-exported: one
 Image = NDArray[np.uint8]  # HxW (gray) or HxWx3 (RGB)
 
 
-def decode(data: NDArray[np.uint8] | bytes, color: str) -> Image | None:
-    """Decode JPEG bytes to gray (HxW) or RGB (HxWx3) uint8; None when OpenCV refuses the data."""
+def decode(data: NDArray[np.uint8] | bytes, color: str, bits: int = 8) -> Image | None:
+    """Decode JPEG bytes to gray (HxW) or RGB (HxWx3) uint8; None when OpenCV refuses the data.
+    ``bits=16`` (a spec with a Window): uint16 values, see :func:`decode_16`."""
     buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) else data
+    if bits == 16:
+        return decode_16(buf, color)
     how = opencv_decoding(buf[:16], color) or ("IMREAD_GRAYSCALE" if color == "gray" else "IMREAD_COLOR")
     if callable(how):  # a format OpenCV does not read decodes itself (its registry entry's decoder)
         return how(buf, color)
@@ -33,6 +36,18 @@ def decode(data: NDArray[np.uint8] | bytes, color: str) -> Image | None:
         return cv2.imdecode(buf, getattr(cv2, how))
     bgr = cv2.imdecode(buf, getattr(cv2, how))
     return None if bgr is None else cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+def decode_16(buf: NDArray[np.uint8], color: str) -> NDArray[np.uint16] | None:
+    """Decode to uint16 gray (HxW) or RGB (HxWx3), as DALI's ``decoders.image(dtype=UINT16)``: the
+    file's values (``IMREAD_ANYDEPTH``), an 8-bit file promoted ``x * 257``; None when OpenCV refuses it."""
+    flags = (cv2.IMREAD_GRAYSCALE if color == "gray" else cv2.IMREAD_COLOR) | cv2.IMREAD_ANYDEPTH
+    img = cv2.imdecode(buf, flags)
+    if img is None:
+        return None
+    if color != "gray":
+        img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)  # OpenCV's colour order is BGR
+    return img.astype(np.uint16) * np.uint16(257) if img.dtype == np.uint8 else img.astype(np.uint16, copy=False)
 
 
 # ----------------------------------------------------------------------------------------- resize
