@@ -247,6 +247,12 @@ def _exif_orientation(segment: bytes | memoryview) -> int | None:
     return None
 
 
+def exif_orientation(tiff: bytes | memoryview) -> int | None:
+    """The orientation tag of EXIF data that starts with its TIFF header (a PNG eXIf chunk, a WebP
+    EXIF chunk): as :func:`_exif_orientation` reads an APP1 segment."""
+    return _exif_orientation(b"Exif\x00\x00" + bytes(tiff))
+
+
 _COUNT = {2: "two", 3: "three", 4: "four"}
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..errors import ConfigError
@@ -34,6 +34,7 @@ class Check:
     reason: str | None
     width: int = 0
     height: int = 0
+    format: str = ""  # the registered format that checked the file (set by check_head)
 
     @property
     def ok(self) -> bool:
@@ -152,6 +153,22 @@ def sniff(head: bytes | memoryview, filename: str | None = None) -> ImageFormat 
     return None
 
 
+MAX_BIT_DEPTH = 8  # the deepest samples the operations take today (16-bit sources: a declared conversion first)
+
+
+def depth_refusal(format_name: str, bit_depth: int) -> str | None:
+    """Why an image of ``bit_depth`` bits per sample is not served, or None: THE place where a bit depth
+    over 8 is decided (every entry's check and run-time check call it). Measured (issue 34): DALI's
+    ``decoders.image`` and ``cv2.imdecode`` reduce 16-bit PNG and TIFF to 8 bits differently (up to 1
+    level apart), so until a declared conversion (a ``Window`` step) keeps the 16 bits, they are refused.
+    """
+    if bit_depth <= MAX_BIT_DEPTH:
+        return None
+    return (f"{bit_depth}-bit {format_name}: the loaders take 8-bit images only for now (the decoders would "
+            f"reduce it to 8 bits differently); convert it to 8-bit, or add a Window(...) conversion once 16-bit "
+            "sources are supported")
+
+
 def _unclaimed(head: bytes) -> Check:
     return Check("empty file (0 bytes)" if not head else
                  f"no registered image format's signature (starts with {bytes(head[:4]).hex(' ')})")
@@ -162,7 +179,10 @@ def check_head(head: bytes, size: int, max_pixels: int, load: Callable[[int | No
     """The index-time check of a file whose first bytes are ``head`` (see :data:`Checker`), by the
     format its bytes (or name) choose; ``only``: check as that format whatever the bytes."""
     fmt = by_name(only) if only is not None else sniff(head, filename)
-    return _unclaimed(head) if fmt is None else fmt.check(head, size, max_pixels, load, tail)
+    if fmt is None:
+        return _unclaimed(head)
+    res = fmt.check(head, size, max_pixels, load, tail)
+    return res if res.format else replace(res, format=fmt.name)
 
 
 def check_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS, filename: str | None = None,

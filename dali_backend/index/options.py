@@ -19,7 +19,7 @@ from ..formats.jpeg import JPEG
 log = logging.getLogger("dali_backend")
 
 JPEG_EXTENSIONS = JPEG.extensions  # the JPEG entry of the format registry (the index takes every entry's)
-NOT_JPEG = "not .jpg/.jpeg"  # why a file with another extension is ignored
+NOT_JPEG = "other extension"  # why a file whose extension names no registered image format is ignored
 # Files this package writes into data folders (dali_backend/core/synthetic.py's cache marker): never
 # reported as ignored user files.
 PACKAGE_FILES = frozenset({".synthetic.json"})

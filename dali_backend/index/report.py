@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..formats import registry
 from .options import NOT_JPEG
 
 from .options import _opt
@@ -113,9 +114,9 @@ def _nothing_indexed(root: Path, cand: _Candidates, rejected: Sequence[Rejected]
     where = f"under {str(root)!r}"
     if rejected:
         n = len(rejected)
-        text = f"no usable JPEG files {where}: {n} file{'s' if n != 1 else ''} rejected ({_rejected_digest(rejected).split(' (', 1)[1]}"
+        text = f"no usable image files {where}: {n} file{'s' if n != 1 else ''} rejected ({_rejected_digest(rejected).split(' (', 1)[1]}"
     else:
-        text = f"no JPEG files {where}"
+        text = f"no image files {where}"
         if cand.extensions:
             top = cand.extensions.most_common(3)
             parts = [f"{k} {ext[1:].upper() if ext else 'extension-less'} file{'s' if k != 1 else ''}" for ext, k in top]
@@ -123,7 +124,7 @@ def _nothing_indexed(root: Path, cand: _Candidates, rejected: Sequence[Rejected]
             if other:
                 parts.append(f"{other} other file{'s' if other != 1 else ''}")
             text += ": " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])
-            text += " ignored (only .jpg/.jpeg is supported)"
+            text += f" ignored (the index takes {', '.join(registry.extensions())})"
     hidden = {k: v for k, v in cand.ignored.items() if k != NOT_JPEG}
     if hidden:
         text += "; also skipped: " + ", ".join(f"{k}: {v}" for k, v in sorted(hidden.items()))
@@ -131,7 +132,8 @@ def _nothing_indexed(root: Path, cand: _Candidates, rejected: Sequence[Rejected]
         how = _opt("root")
         return text + (f". No listed file exists under {str(root)!r}: the manifest's paths must be relative to it"
                        + (f" (pass {how} the folder they are relative to)" if how else ""))
-    return text + (". Fix or remove the rejected files" if rejected else ". Check the path, or convert the images to JPEG")
+    return text + (". Fix or remove the rejected files" if rejected else ". Check the path, or convert the images to a "
+                                                               "supported format (PNG keeps every level)")
 
 
 def summary_text(index) -> str:

@@ -1,10 +1,12 @@
-"""``verify="decode"``: decoding every file in each colour mode a loader may use."""
+"""``verify="decode"``: decoding every file in each colour mode a loader may use (JPEG with libjpeg-turbo
+in strict mode, every other format with OpenCV, the fallback's decoder; the format is the bytes')."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import MissingDependencyError
+from ..formats import registry
 from ..formats.jpeg import open_regular
 
 
@@ -42,6 +44,9 @@ def decode_check_bytes(data: bytes) -> str | None:
         raise MissingDependencyError("verify='decode' needs the simplejpeg package: pip install 'simplejpeg>=1.7'") from e
     if not data:
         return "empty file (0 bytes)"
+    fmt = registry.sniff(data[:16])
+    if fmt is not None and fmt.name != "jpeg":
+        return _opencv_reason(fmt.name, data)
     for colorspace, flag in _DECODE_CHECK_MODES:
         reason = _decode_reason(simplejpeg, data, colorspace, flag)
         if reason:
@@ -78,3 +83,14 @@ def _decode_reason(simplejpeg, data: bytes, colorspace: str, flag: str) -> str |
     return None
 
 
+
+
+def _opencv_reason(name: str, data: bytes) -> str | None:
+    """Why OpenCV does not decode ``data`` (a ``name`` file, not JPEG) in colour and in gray, or None."""
+    import cv2  # only for verify="decode"
+
+    buf = np.frombuffer(data, dtype=np.uint8)
+    for mode, flag in (("colour", cv2.IMREAD_COLOR), ("gray", cv2.IMREAD_GRAYSCALE)):
+        if cv2.imdecode(buf, flag) is None:
+            return f"decoder refused the file in {mode} (corrupt or unsupported {name.upper()} data; OpenCV)"
+    return None

@@ -257,9 +257,9 @@ def test_summary_lists_every_rejected_and_ignored_file_and_the_report_has_them(s
     for r in index.rejected:
         assert r.path in summary
     assert "and 3 more, all listed below" in summary.splitlines()[0]
-    assert index.ignored == {"hidden": 1, "not .jpg/.jpeg": 2}
+    assert index.ignored == {"hidden": 1, "other extension": 2}
     assert [(r.path, r.reason) for r in index.ignored_files] == [
-        (".DS_Store", "hidden"), ("Thumbs.db", "not .jpg/.jpeg"), ("正常/说明.txt", "not .jpg/.jpeg")]
+        (".DS_Store", "hidden"), ("Thumbs.db", "other extension"), ("正常/说明.txt", "other extension")]
     for r in index.ignored_files:
         assert f"    {r.path}" in summary
     index.save(tmp_path / "k.npz")
@@ -271,7 +271,7 @@ def test_summary_lists_every_rejected_and_ignored_file_and_the_report_has_them(s
     assert rc == 0, err
     assert "6 rejected files and 3 ignored files listed in" in out
     report = (tmp_path / "c.npz.rejected.csv").read_text()
-    assert '"Thumbs.db","ignored: not .jpg/.jpeg"' in report and '".DS_Store","ignored: hidden"' in report
+    assert '"Thumbs.db","ignored: other extension"' in report and '".DS_Store","ignored: hidden"' in report
     assert report.count("\n") == 1 + 6 + 3
     assert err.count("INFO") == 1 and "listed below" not in err  # the log stays one line
 

@@ -64,7 +64,7 @@ def build_corpus(root: Path) -> dict[str, str]:
         "good/UPPER.JPG": (jpeg_bytes(40, 50, seed=7), ACCEPTED),
         "good/lower.jpeg": (jpeg_bytes(40, 50, seed=8), ACCEPTED),
         "good/flipped_bits.jpg": (_flip_bits(base), ACCEPTED),
-        "bad/png_named_jpg.jpg": (cv2.imencode(".png", gray)[1].tobytes(), "PNG data"),
+        "good/png_named_jpg.jpg": (cv2.imencode(".png", gray)[1].tobytes(), ACCEPTED),  # its bytes decide: PNG
         "bad/empty.jpg": (b"", "empty file"),
         "bad/text.jpg": (b"this is a note, not a picture\n", "no JPEG signature"),
         "bad/truncated.jpg": (base[: len(base) * 2 // 3], "truncated"),

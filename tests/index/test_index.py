@@ -24,7 +24,7 @@ BAD_FILES = {
     "empty.jpg": (b"", "empty file"),
     "truncated.jpg": (GOOD[: len(GOOD) // 2], "truncated"),
     "text.jpg": (b"hello, I am not an image\n", "no JPEG signature"),
-    "png.jpg": (b"\x89PNG\r\n\x1a\n" + b"\0" * 64, "PNG data"),
+    "png.jpg": (b"\x89PNG\r\n\x1a\n" + b"\0" * 64, "broken PNG chunk structure"),  # read as PNG: its bytes
     "header_only.jpg": (header_only(GOOD), "header-only"),
     "huge.jpg": (set_sof_size(GOOD, 60000, 60000), "over the limit"),
     "cut_in_header.jpg": (GOOD[:40], "truncated in the headers"),
@@ -63,7 +63,7 @@ def test_from_folder_accepts_good_and_rejects_bad_with_reasons(messy_root, caplo
     for name, (_, reason) in BAD_FILES.items():
         assert reason in rejected[f"dent/{name}"], (name, rejected[f"dent/{name}"])
     assert "not inside a class folder" in rejected["stray.jpg"]
-    assert index.ignored == {"hidden": 1, "macOS ._ file": 1, "not .jpg/.jpeg": 1}
+    assert index.ignored == {"hidden": 1, "macOS ._ file": 1, "other extension": 1}
     # one summary log line names the counts
     summary = [r.getMessage() for r in caplog.records if "indexed" in r.getMessage()]
     assert len(summary) == 1 and f"rejected {len(rejected)}" in summary[0]
@@ -83,7 +83,7 @@ def test_arrays_are_numpy_and_immutable(messy_root):
 def test_max_pixels_is_configurable(tmp_path):
     write(tmp_path / "a" / "big.jpg", jpeg_bytes(h=48, w=64))
     assert len(SampleIndex.from_folder(tmp_path, max_pixels=48 * 64, progress=False)) == 1
-    with pytest.raises(IndexBuildError, match=r"no usable JPEG files .*1 file rejected .*over the limit"):
+    with pytest.raises(IndexBuildError, match=r"no usable image files .*1 file rejected .*over the limit"):
         SampleIndex.from_folder(tmp_path, max_pixels=48 * 64 - 1, progress=False)
 
 

@@ -166,30 +166,31 @@ def test_same_file_under_two_manifest_labels_is_refused(tmp_path):
 
 
 # --------------------------------------------------------------------------------------- empty results
-def test_no_jpegs_says_what_was_found(tmp_path):
+def test_no_images_says_what_was_found(tmp_path):
     for i in range(10):
-        write(tmp_path / "cls" / f"{i}.png", b"\x89PNG")
+        write(tmp_path / "cls" / f"{i}.gif", b"GIF89a")
     write(tmp_path / "cls" / "notes.txt", b"x")
     write(tmp_path / "cls" / "README", b"x")
     write(tmp_path / "cls" / ".DS_Store", b"x")
     with pytest.raises(IndexBuildError) as e:
         SampleIndex.from_folder(tmp_path, progress=False)
-    assert str(e.value).startswith(f"no JPEG files under {str(tmp_path)!r}: 10 PNG files, 1 extension-less file "
-                                   "and 1 TXT file ignored (only .jpg/.jpeg is supported); also skipped: hidden: 1")
+    assert str(e.value).startswith(f"no image files under {str(tmp_path)!r}: 10 GIF files, 1 extension-less file "
+                                   "and 1 TXT file ignored (the index takes .jpg, .jpeg, .png")
+    assert "; also skipped: hidden: 1. Check the path, or convert the images to a supported format" in str(e.value)
 
 
-def test_no_jpegs_counts_other_files_beyond_the_top_three(tmp_path):
-    for ext, k in {"png": 10, "gif": 3, "tif": 2, "txt": 1, "csv": 1}.items():
+def test_no_images_counts_other_files_beyond_the_top_three(tmp_path):
+    for ext, k in {"gif": 10, "psd": 3, "heic": 2, "txt": 1, "csv": 1}.items():
         for i in range(k):
             write(tmp_path / "cls" / f"{i}.{ext}", b"x")
-    with pytest.raises(IndexBuildError, match=r"10 PNG files, 3 GIF files, 2 TIF files and 2 other files ignored"):
+    with pytest.raises(IndexBuildError, match=r"10 GIF files, 3 PSD files, 2 HEIC files and 2 other files ignored"):
         SampleIndex.from_folder(tmp_path, progress=False)
 
 
 def test_all_rejected_says_why(tmp_path):
     for i in range(12):
         write(tmp_path / "cls" / f"{i}.jpg", b"")
-    with pytest.raises(IndexBuildError, match=r"no usable JPEG files .*: 12 files rejected \(empty file: 12; e\.g\. "
+    with pytest.raises(IndexBuildError, match=r"no usable image files .*: 12 files rejected \(empty file: 12; e\.g\. "
                                               r"cls/0\.jpg: empty file \(0 bytes\)"):
         SampleIndex.from_folder(tmp_path, progress=False)
 
