@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dali_backend.core.augment import AugmentSpec
-from dali_backend.formats.registry import opencv_decoding
+from dali_backend.formats.registry import opencv_decoding, opencv_decoding_16
 from dali_backend.core.tensors import normalize  # noqa: F401  (re-exported: one normalisation for both backends)
 
 Image = NDArray[np.uint8]  # HxW (gray) or HxWx3 (RGB)
@@ -41,12 +41,16 @@ def decode(data: NDArray[np.uint8] | bytes, color: str, bits: int = 8) -> Image 
 def decode_16(buf: NDArray[np.uint8], color: str) -> NDArray[np.uint16] | None:
     """Decode to uint16 gray (HxW) or RGB (HxWx3), as DALI's ``decoders.image(dtype=UINT16)``: the
     file's values (``IMREAD_ANYDEPTH``), an 8-bit file promoted ``x * 257``; None when OpenCV refuses it."""
-    flags = (cv2.IMREAD_GRAYSCALE if color == "gray" else cv2.IMREAD_COLOR) | cv2.IMREAD_ANYDEPTH
-    img = cv2.imdecode(buf, flags)
+    own = opencv_decoding_16(buf[:16])  # a format whose ANYDEPTH decode needs DALI's correction (TIFF's gray)
+    if own is not None:
+        img = own(buf, color)
+    else:
+        flags = (cv2.IMREAD_GRAYSCALE if color == "gray" else cv2.IMREAD_COLOR) | cv2.IMREAD_ANYDEPTH
+        img = cv2.imdecode(buf, flags)
+        if img is not None and color != "gray":
+            img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)  # OpenCV's colour order is BGR
     if img is None:
         return None
-    if color != "gray":
-        img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)  # OpenCV's colour order is BGR
     return img.astype(np.uint16) * np.uint16(257) if img.dtype == np.uint8 else img.astype(np.uint16, copy=False)
 
 
