@@ -1,7 +1,7 @@
 """The fallback's steps around the operations: decoding with OpenCV and running a spec's operations.
 
-* decode: ``cv2.imdecode`` with the flags of the format's registry entry (JPEG: libjpeg-turbo, EXIF
-  orientation applied, as DALI's CPU decoder);
+* decode: the decoder of the format's registry entry (``cv2.imdecode`` with its flags; JPEG:
+  libjpeg-turbo, EXIF orientation applied, as DALI's CPU decoder; TIFF: DALI's gray conversion);
 * :func:`apply_spec`: every operation's own CPU implementation (``Transform.apply``), in order, with
   the draw's parameters: the preset too (its list is ``[Clahe, Resize, RandomRotation, ColorJitter]``);
   there is no second implementation of any step here;
@@ -17,36 +17,33 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dali_backend.core.augment import AugmentSpec
-from dali_backend.formats.registry import opencv_decoding, opencv_decoding_16
+from dali_backend.formats.registry import HEAD_BYTES, opencv_decode, opencv_decoding_16, read_header
 from dali_backend.core.tensors import normalize  # noqa: F401  (re-exported: one normalisation for both backends)
 
 Image = NDArray[np.uint8]  # HxW (gray) or HxWx3 (RGB)
 
 
 def decode(data: NDArray[np.uint8] | bytes, color: str, bits: int = 8) -> Image | None:
-    """Decode JPEG bytes to gray (HxW) or RGB (HxWx3) uint8; None when OpenCV refuses the data.
+    """Decode encoded bytes to gray (HxW) or RGB (HxWx3) uint8 by their format's registry entry
+    (:func:`~dali_backend.formats.registry.opencv_decode`); None when the decoder refuses the data.
     ``bits=16`` (a spec with a Window): uint16 values, see :func:`decode_16`."""
-    buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) else data
     if bits == 16:
-        return decode_16(buf, color)
-    how = opencv_decoding(buf[:16], color) or ("IMREAD_GRAYSCALE" if color == "gray" else "IMREAD_COLOR")
-    if callable(how):  # a format OpenCV does not read decodes itself (its registry entry's decoder)
-        return how(buf, color)
-    if color == "gray":
-        return cv2.imdecode(buf, getattr(cv2, how))
-    bgr = cv2.imdecode(buf, getattr(cv2, how))
-    return None if bgr is None else cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+        return decode_16(np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview))
+                         else data, color)
+    return opencv_decode(data, color)
 
 
 def decode_16(buf: NDArray[np.uint8], color: str) -> NDArray[np.uint16] | None:
-    """Decode to uint16 gray (HxW) or RGB (HxWx3), as DALI's ``decoders.image(dtype=UINT16)``: the
-    file's values (``IMREAD_ANYDEPTH``), an 8-bit file promoted ``x * 257``; None when OpenCV refuses it."""
-    own = opencv_decoding_16(buf[:16])  # a format whose ANYDEPTH decode needs DALI's correction (TIFF's gray)
-    if own is not None:
+    """Decode to uint16 gray (HxW) or RGB (HxWx3), as DALI's ``decoders.image(dtype=UINT16)``: a file of
+    more than 8 bits keeps its values (``IMREAD_ANYDEPTH``, or its entry's ``Decoding.opencv_16``), an
+    8-bit file is decoded as always and promoted ``x * 257``; None when the decoder refuses it."""
+    header = read_header(buf[:HEAD_BYTES])
+    if header is None or header.bit_depth <= 8:
+        img = opencv_decode(buf, color)
+    elif (own := opencv_decoding_16(buf[:16])) is not None:  # TIFF's colour -> gray: DALI's formula
         img = own(buf, color)
     else:
-        flags = (cv2.IMREAD_GRAYSCALE if color == "gray" else cv2.IMREAD_COLOR) | cv2.IMREAD_ANYDEPTH
-        img = cv2.imdecode(buf, flags)
+        img = cv2.imdecode(buf, (cv2.IMREAD_GRAYSCALE if color == "gray" else cv2.IMREAD_COLOR) | cv2.IMREAD_ANYDEPTH)
         if img is not None and color != "gray":
             img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)  # OpenCV's colour order is BGR
     if img is None:

@@ -62,7 +62,7 @@ def warn_if_colour_dropped(index, spec) -> None:
         return
     _WARNED.add(index.fingerprint)
     warnings.warn(ColorDroppedWarning(
-        f"ImageDataset: the index holds colour JPEGs ({found[0]!r}"
+        f"ImageDataset: the index holds colour images ({found[0]!r}"
         f"{f' and {len(found) - 1} more of the {PROBED} files probed' if len(found) > 1 else ''}) and "
         f"AugmentSpec(size={spec.size}) decodes them to gray (the preset's default color='gray'): pass AugmentSpec(..., color=\"rgb\") to "
         "keep the colour, or color=\"gray\" to say that gray is meant (no warning then)"), stacklevel=3)

@@ -8,6 +8,7 @@ import logging
 import numpy as np
 
 from ..core.boundary import Kind, SampleSet
+from ..formats import registry
 from ..errors import BadImageError, ConfigError, ExecutorFailed, LoaderWorkerError
 from ..util.procstats import dali_operator_cpu_seconds
 from ..core.reading import ClipTable
@@ -82,8 +83,6 @@ class _DaliExecutor:
         are served again here as the worker served them and decoded with OpenCV, the fallback's decoder.
         If none is refused, the error is DALI's own, and it is raised.
         """
-        import cv2
-
         reader, text = self.samples.reader, str(failure.error)
         what = parse_dali_failure(text)
         config = worker_config_error(text)
@@ -98,13 +97,15 @@ class _DaliExecutor:
         ordered = [rows]
         if k is not None and self.clips is None:  # the sample DALI named in each batch first (a clip: all)
             ordered.insert(0, np.concatenate([b[k:k + 1] for b in failure.in_flight]))
-        flag = cv2.IMREAD_GRAYSCALE if self.samples.spec.color == "gray" else cv2.IMREAD_COLOR
+        colour = self.samples.spec.color
         detail = what.reason
         for candidates in ordered:
             refused = []
             for served, data in self._served(candidates):
-                if served not in reader.refused and cv2.imdecode(data, flag) is None:
-                    reader.refused[served] = f"the JPEG decoder refused it ({detail or 'corrupt JPEG data'})"
+                if served not in reader.refused and registry.opencv_decode(data, colour) is None:
+                    fmt = registry.sniff(data[:16])
+                    name = fmt.name.upper() if fmt is not None else "image"
+                    reader.refused[served] = f"the {name} decoder refused it ({detail or f'corrupt {name} data'})"
                     refused.append(reader.path(served))
             if refused:
                 log.warning("DaliLoader: DALI's decoder refused %s; on_error=%r applies to it from now on, and the "

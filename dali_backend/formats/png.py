@@ -21,7 +21,7 @@ from __future__ import annotations
 import zlib
 
 from .jpeg import exif_orientation
-from .registry import Check, Decoding, Header, ImageFormat, depth_refusal, register
+from .registry import Check, Decoding, Header, ImageFormat, depth_refusal, indexed_refusal, register
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 IEND_TAIL = b"\x60\x82"  # the last two bytes of IEND's CRC (AE 42 60 82): a whole file ends with them
@@ -131,10 +131,9 @@ def served_refusal(data: bytes | memoryview, indexed: tuple[int, int] | None = N
     refusal = depth_refusal("PNG", header.bit_depth)
     if refusal:
         return refusal
-    if indexed is not None and indexed[0] and indexed[1] and (header.width, header.height) != (int(indexed[0]),
-                                                                                             int(indexed[1])):
-        return (f"not the indexed image (changed since indexing): its IHDR says {header.width}x{header.height}, "
-                f"the index {int(indexed[0])}x{int(indexed[1])}")
+    refusal = indexed_refusal(header.width, header.height, indexed)
+    if refusal:
+        return refusal
     if bytes(data[-2:]) != IEND_TAIL and bytes(data).rfind(b"IEND") < 0:
         return "truncated (no IEND chunk)"
     return None

@@ -173,6 +173,23 @@ def depth_refusal(format_name: str, bit_depth: int) -> str | None:
             "unsigned integers")
 
 
+def indexed_refusal(width: int, height: int, indexed: tuple[int, int] | None) -> str | None:
+    """Why served bytes whose header says ``width`` x ``height`` are not the image indexed as ``indexed``
+    (``(width, height)``; None or a 0: not recorded, not compared), or None."""
+    if indexed is None or not (indexed[0] and indexed[1]) or (width, height) == (int(indexed[0]), int(indexed[1])):
+        return None
+    return (f"not the indexed image (changed since indexing): its header says {width}x{height}, the index "
+            f"{int(indexed[0])}x{int(indexed[1])}")
+
+
+def served_by_check(fmt_check: Checker, data: bytes | memoryview, indexed: tuple[int, int] | None) -> str | None:
+    """The run-time check of a format whose served bytes are checked as at index time (headers and
+    offsets, no size limit), then compared with the indexed size."""
+    data = bytes(data)
+    res = fmt_check(data, len(data), 1 << 62, lambda end: data, data[-2:])
+    return res.reason or indexed_refusal(res.width, res.height, indexed)
+
+
 def _unclaimed(head: bytes) -> Check:
     return Check("empty file (0 bytes)" if not head else
                  f"no registered image format's signature (starts with {bytes(head[:4]).hex(' ')})")
@@ -251,6 +268,21 @@ def dali_decoder_args(gpu: bool) -> dict[str, Any]:
     for fmt in FORMATS.values():
         out.update(fmt.decoding.dali_gpu if gpu else fmt.decoding.dali_cpu)
     return out
+
+
+def opencv_decode(data: Any, colour: str) -> Any:
+    """Decode encoded ``data`` (a uint8 array or bytes) as the fallback does: gray (HxW) or RGB (HxWx3)
+    uint8 by the decoder of the format its bytes name (:func:`opencv_decoding`; unclaimed bytes: OpenCV's
+    own guess); None when the decoder refuses the data. Imports OpenCV (only here, when called)."""
+    import cv2
+    import numpy as np
+
+    buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) else data
+    how = opencv_decoding(buf[:16], colour) or ("IMREAD_GRAYSCALE" if colour == "gray" else "IMREAD_COLOR")
+    if callable(how):  # the entry's own decoder (TIFF: DALI's gray conversion; a format OpenCV does not read)
+        return how(buf, colour)
+    out = cv2.imdecode(buf, getattr(cv2, how))
+    return out if out is None or colour == "gray" else cv2.cvtColor(out, cv2.COLOR_BGR2RGB)
 
 
 def opencv_decoding_16(data: bytes | memoryview) -> Callable[..., Any] | None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import Check, Decoding, Header, ImageFormat, depth_refusal, register
+from .registry import Check, Decoding, Header, ImageFormat, depth_refusal, register, served_by_check
 
 MAGIC = (b"II*\x00", b"MM\x00*")
 _TYPE_SIZE = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 1, 8: 2, 9: 4, 10: 8, 11: 4, 12: 8, 13: 4}
@@ -71,7 +71,7 @@ class _Ifd:
         if pos + width > self.size:
             raise _Bad(f"truncated: {what} at byte {pos} lies past the end of the {self.size}-byte file")
         if pos + width > len(self.data):
-            self.data = self.load(None)
+            self.data = self.load(pos + width)  # an IFD past the bytes read: a bucket's object loads up to it
         return int.from_bytes(self.data[pos:pos + width], self.order)
 
     def one(self, tag: int, default: int = 0) -> int:
@@ -162,16 +162,8 @@ def _check(head: bytes, size: int, max_pixels: int, load, tail: bytes) -> Check:
 
 
 def served_refusal(data: bytes | memoryview, indexed: tuple[int, int] | None = None) -> str | None:
-    """The run-time check of served bytes: the IFD and its offsets, the indexed size."""
-    data = bytes(data)
-    res = _check(data, len(data), 1 << 62, lambda end: data, data[-2:])
-    if res.reason:
-        return res.reason
-    if indexed is not None and indexed[0] and indexed[1] and (res.width, res.height) != (int(indexed[0]),
-                                                                                       int(indexed[1])):
-        return (f"not the indexed image (changed since indexing): its IFD says {res.width}x{res.height}, the index "
-                f"{int(indexed[0])}x{int(indexed[1])}")
-    return None
+    """The run-time check of served bytes: the IFD and its offsets, then the indexed size."""
+    return served_by_check(_check, data, indexed)
 
 
 def rgb_to_gray(rgb: np.ndarray) -> np.ndarray:

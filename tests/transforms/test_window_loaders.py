@@ -1,5 +1,5 @@
 """16-bit sources through both loaders (issue 34): a tree mixing 12/16-bit PNG and TIFF with 8-bit PNG
-variants and JPEGs indexes completely and gives equal batches under a spec with a Window; without a
+variants, BMP, WebP and JPEG indexes completely and gives equal batches under a spec with a Window; without a
 Window, a 16-bit file is refused with the fix on both backends (not skipped as a bad file)."""
 
 from __future__ import annotations
@@ -46,6 +46,10 @@ def mixed_tree(tmp_path_factory):
         for name, data in png_variants(seed + 5).items():
             write(root / label / f"{name}.png", data)
         write(root / label / "photo.jpg", jpeg_bytes(30, 40, seed=seed, color=True))
+        rgb8 = np.random.default_rng(seed + 9).integers(0, 256, (30, 40, 3), dtype=np.uint8)
+        for ext in (".bmp", ".webp"):  # lossless WebP (quality above 100)
+            write(root / label / f"photo{ext}", cv2.imencode(ext, rgb8, [cv2.IMWRITE_WEBP_QUALITY, 101])[1].tobytes())
+        write(root / label / "gray.bmp", cv2.imencode(".bmp", rgb8[..., 0])[1].tobytes())
     return root
 
 
@@ -60,7 +64,7 @@ def batches(index, spec, kind):
 @pytest.mark.parametrize("color", ["gray", "rgb"])
 def test_a_tree_mixing_16_and_8_bit_files_gives_equal_batches(mixed_tree, color):
     index = SampleIndex.from_folder(mixed_tree, progress=False)
-    assert not index.rejected and len(index) == 2 * (7 + 7 + 1)
+    assert not index.rejected and len(index) == 2 * (7 + 7 + 1 + 3)
     ops = [T.RandomHorizontalFlip(), T.CenterCrop((28, 36)), Window(1000, 50000), T.Clahe(2.0, (4, 4)),
            T.Resize((20, 24))]
     spec = AugmentSpec(ops=([T.Grayscale()] if color == "gray" else []) + ops, dtype="uint8")
