@@ -112,6 +112,9 @@ timeout 70 "$py" -m bench.equivalence --device "$device" --images 16 --transform
   2>&1 | tee "$out/equivalence_$device.txt"
 finish equivalence "${PIPESTATUS[0]}"
 
+stage "3b. 16-bit sources: Window on all 65536 values on the GPU, 16-bit PNG/TIFF decoded on mixed, exact vs fallback"
+cuda_tests sixteen 40 tests/transforms/test_window.py
+
 stage "4. throughput: ${contenders[*]} on $images x $size, GPU sampled by nvidia-smi dmon"
 w=${size%x*}; h=${size#*x}
 data="/tmp/gpu-check-data-$images-$size"

@@ -13,6 +13,7 @@ from dali_backend import AugmentSpec, ConfigError, Window
 from dali_backend import transforms as T
 from dali_backend.core.depth import check_served
 from fallback import ops
+from tests.helpers import CUDA
 
 WINDOWS = [(0, 65535), (0, 4095), (3000, 40000), (100, 101), (1, 511), (65000, 65535)]
 ALL16 = np.arange(65536, dtype=np.uint16).reshape(256, 256)
@@ -39,30 +40,35 @@ def test_ties_round_up():
     assert list(Window(0, 65535).table[np.arange(256) * 257]) == list(range(256))  # 8-bit files: unchanged
 
 
-def dali_window(op: Window, images: list[np.ndarray], bits: int) -> list[np.ndarray]:
-    """``op``'s DALI fragment (CPU operators) on HxWxC images of ``bits`` bits."""
+def dali_window(op: Window, images: list[np.ndarray], bits: int, device: str = "cpu") -> list[np.ndarray]:
+    """``op``'s DALI fragment on HxWxC images of ``bits`` bits (CPU operators, or ``device="gpu"``)."""
     from nvidia.dali import fn, pipeline_def
 
-    @pipeline_def(batch_size=len(images), num_threads=1, device_id=None)
+    gpu = device == "gpu"
+
+    @pipeline_def(batch_size=len(images), num_threads=1, device_id=0 if gpu else None)
     def pipe():
         x = fn.external_source(source=lambda: images, batch=True, layout="HWC")
-        return op.dali(x, {}, T.GraphContext(gpu=False, channels=images[0].shape[2], hw=images[0].shape[:2], bits=bits))
+        ctx = T.GraphContext(gpu=gpu, channels=images[0].shape[2], hw=images[0].shape[:2], bits=bits)
+        return op.dali(x.gpu() if gpu else x, {}, ctx)
 
     p = pipe()
     p.build()
     (out,) = p.run()
+    out = out.as_cpu() if gpu else out
     return [np.array(out[i]) for i in range(len(images))]
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=CUDA)])
 @pytest.mark.parametrize("low, high", WINDOWS)
-def test_both_backends_equal_on_every_uint16_value(low, high):
+def test_both_backends_equal_on_every_uint16_value(low, high, device):
     op = Window(low, high)
     gray, rgb = ALL16[:, :, None], np.dstack([ALL16, ALL16[::-1], ALL16.T])
-    got_gray, got_rgb = dali_window(op, [gray, rgb], 16)
+    got_gray, got_rgb = dali_window(op, [gray, rgb], 16, device)
     assert got_gray.dtype == np.uint8 and np.array_equal(got_gray[:, :, 0], op.apply(ALL16, {}))
     assert np.array_equal(got_rgb, op.apply(rgb, {}))
     eight = np.arange(256, dtype=np.uint8).reshape(16, 16, 1)  # alone on 8-bit images: promoted x * 257
-    (got8,) = dali_window(op, [eight], 8)
+    (got8,) = dali_window(op, [eight], 8, device)
     assert np.array_equal(got8, op.apply(eight, {})) and np.array_equal(op.apply(eight, {}), op.table[eight.astype(np.int64) * 257])
 
 
@@ -115,14 +121,19 @@ def test_the_refusal_reasons_name_the_operation_and_the_fix():
 
 
 # --------------------------------------------------------------------------------- decode + operations
-def dali_spec_graph(spec: AugmentSpec, blobs: list[bytes], params: list[list[dict]]) -> list[np.ndarray]:
-    """Decode (at the spec's depth, as dali_backend.dali.graph does) and run the spec's fragments, DALI CPU."""
+def dali_spec_graph(spec: AugmentSpec, blobs: list[bytes], params: list[list[dict]],
+                    device: str = "cpu") -> list[np.ndarray]:
+    """Decode (at the spec's depth, as dali_backend.dali.graph does) and run the spec's fragments: DALI's
+    CPU operators, or ``device="gpu"`` (the decoder on ``mixed``)."""
     from nvidia.dali import fn, pipeline_def, types
+
+    gpu = device == "gpu"
 
     wire = spec.wire
     feed = [(np.frombuffer(b, np.uint8), *spec.wire_arrays(p)) for b, p in zip(blobs, params)]
 
-    @pipeline_def(batch_size=len(blobs), num_threads=1, device_id=None, exec_dynamic=True, enable_conditionals=True)
+    @pipeline_def(batch_size=len(blobs), num_threads=1, device_id=0 if gpu else None, exec_dynamic=True,
+                  enable_conditionals=True)
     def pipe():
         data, *values = fn.external_source(source=lambda: [list(c) for c in zip(*feed)], num_outputs=1 + len(wire),
                                            batch=True)
@@ -130,9 +141,10 @@ def dali_spec_graph(spec: AugmentSpec, blobs: list[bytes], params: list[list[dic
         for (k, q), node in zip(wire, values):
             per_op[k][q.name] = node
         args = {"dtype": types.UINT16} if spec.bit_depth == 16 else {}
-        img = fn.decoders.image(data, device="cpu", output_type=types.GRAY if spec.color == "gray" else types.RGB, **args)
+        img = fn.decoders.image(data, device="mixed" if gpu else "cpu",
+                                output_type=types.GRAY if spec.color == "gray" else types.RGB, **args)
         shape = fn.peek_image_shape(data, dtype=types.INT32)
-        ctx = T.GraphContext(gpu=False, channels=spec.channels, hw=(shape[0], shape[1]), bits=spec.bit_depth)
+        ctx = T.GraphContext(gpu=gpu, channels=spec.channels, hw=(shape[0], shape[1]), bits=spec.bit_depth)
         for op, p in zip(spec.transforms, per_op):
             if not op.is_identity:
                 img = op.dali(img, p, ctx)
@@ -141,17 +153,18 @@ def dali_spec_graph(spec: AugmentSpec, blobs: list[bytes], params: list[list[dic
     p = pipe()
     p.build()
     (out,) = p.run()
+    out = out.as_cpu() if gpu else out
     return [np.array(out[i]) for i in range(len(blobs))]
 
 
-def both_backends(spec: AugmentSpec, blobs: list[bytes]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def both_backends(spec: AugmentSpec, blobs: list[bytes], device: str = "cpu") -> tuple[list[np.ndarray], list[np.ndarray]]:
     fallback, params = [], []
     for pos, b in enumerate(blobs):
         img = ops.decode(b, spec.color, spec.bit_depth)
         p = spec.make_params(7, 0, pos, img.shape[:2])
         params.append(p)
         fallback.append(ops.apply_spec(img, spec, p).transpose(1, 2, 0))
-    return dali_spec_graph(spec, blobs, params), fallback
+    return dali_spec_graph(spec, blobs, params, device), fallback
 
 
 def textured(seed: int, shape, high: int) -> np.ndarray:
@@ -196,3 +209,24 @@ def test_8_bit_files_through_a_full_window_are_unchanged():
     dali, fallback = both_backends(spec, [png16(img), cv2.imencode(".jpg", img)[1].tobytes()])
     assert np.array_equal(dali[0], img) and np.array_equal(fallback[0], img)
     assert np.array_equal(dali[1], fallback[1])
+
+
+@pytest.mark.parametrize("color", ["gray", "rgb"])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=CUDA)])
+def test_lossless_16_bit_files_are_exact_through_the_window_on_every_device(color, device):
+    """PNG and TIFF at 16 bits: decoded (on ``mixed``: nvImageCodec's CPU codecs), flipped, cropped and
+    windowed, equal to the fallback bit for bit (no CLAHE or jitter here: their GPU bounds are theirs)."""
+    import io
+
+    tifffile = pytest.importorskip("tifffile")
+    spec = AugmentSpec(ops=([T.Grayscale()] if color == "gray" else []) + [T.RandomHorizontalFlip(), T.RandomRot90(),
+                            T.CenterCrop((40, 36)), Window(700, 52000)], dtype="uint8")
+    imgs = [textured(s, (44, 50, 3), 65535) for s in range(3)]
+    blobs = [png16(i) for i in imgs] + [png16(imgs[0][..., 0])]
+    for im in imgs[:2]:
+        b = io.BytesIO()
+        tifffile.imwrite(b, im, photometric="rgb")
+        blobs.append(b.getvalue())
+    dali, fallback = both_backends(spec, blobs, device)
+    for d, f in zip(dali, fallback, strict=True):
+        assert np.array_equal(d, f)
