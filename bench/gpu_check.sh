@@ -98,6 +98,8 @@ stage "2b. device choice: a rank on its GPU, no CUDA context on another, under s
 cuda_tests devices 35 tests/dali/test_gpu_setup.py -k "its_gpu"
 
 stage "2c. the other CUDA-marked tests"
+# among them the 16-bit cases (tests/transforms/test_window.py): Window on all 65536 uint16 values on the GPU,
+# and 16-bit PNG/TIFF decoded on mixed, flipped, cropped and windowed, exact against the fallback
 timeout -s INT -k 10 80 "$py" -m pytest -v -m "cuda or torchvision" -p no:cacheprovider --durations=0 \
   --junitxml="$out/pytest_cuda.xml" --ignore=tests/facade/test_host_syncs.py --deselect \
   "tests/dali/test_gpu_setup.py::test_a_rank_decodes_on_its_gpu_and_creates_no_context_on_another" \
@@ -111,9 +113,6 @@ stage "3. DALI ($device) vs fallback pixels, row by row: decoders, operators on 
 timeout 70 "$py" -m bench.equivalence --device "$device" --images 16 --transforms --json "$out/equivalence_$device.json" \
   2>&1 | tee "$out/equivalence_$device.txt"
 finish equivalence "${PIPESTATUS[0]}"
-
-stage "3b. 16-bit sources: Window on all 65536 values on the GPU, 16-bit PNG/TIFF decoded on mixed, exact vs fallback"
-cuda_tests sixteen 40 tests/transforms/test_window.py
 
 stage "4. throughput: ${contenders[*]} on $images x $size, GPU sampled by nvidia-smi dmon"
 w=${size%x*}; h=${size#*x}
