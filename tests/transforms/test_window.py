@@ -41,15 +41,17 @@ def test_ties_round_up():
 
 
 def dali_window(op: Window, images: list[np.ndarray], bits: int, device: str = "cpu") -> list[np.ndarray]:
-    """``op``'s DALI fragment on HxWxC images of ``bits`` bits (CPU operators, or ``device="gpu"``)."""
-    from nvidia.dali import fn, pipeline_def
+    """``op``'s DALI fragment on HxWxC images of ``bits`` bits, one channel count (CPU operators, or
+    ``device="gpu"``)."""
+    from nvidia.dali import fn, pipeline_def, types
 
     gpu = device == "gpu"
 
     @pipeline_def(batch_size=len(images), num_threads=1, device_id=0 if gpu else None)
     def pipe():
         x = fn.external_source(source=lambda: images, batch=True, layout="HWC")
-        ctx = T.GraphContext(gpu=gpu, channels=images[0].shape[2], hw=images[0].shape[:2], bits=bits)
+        shape = x.shape(dtype=types.INT32)  # each image's size, as the graph's decoded-size nodes
+        ctx = T.GraphContext(gpu=gpu, channels=images[0].shape[2], hw=(shape[0], shape[1]), bits=bits)
         return op.dali(x.gpu() if gpu else x, {}, ctx)
 
     p = pipe()
@@ -230,3 +232,41 @@ def test_lossless_16_bit_files_are_exact_through_the_window_on_every_device(colo
     dali, fallback = both_backends(spec, blobs, device)
     for d, f in zip(dali, fallback, strict=True):
         assert np.array_equal(d, f)
+
+
+PERCENTILES = [(0.5, 99.5), (0, 100), (2.25, 50), (99.99, 100)]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=CUDA)])
+@pytest.mark.parametrize("pct", PERCENTILES)
+def test_percentile_windows_are_equal_on_both_backends(pct, device):
+    """Each image's own bounds (numpy's "lower" percentile of all its values), the same rule after."""
+    op = Window(percentiles=pct)
+    rng = np.random.default_rng(int(pct[0] * 100))
+    imgs = [rng.integers(0, 4096, (37, 41, 1)).astype(np.uint16), rng.integers(0, 65536, (20, 30, 3)).astype(np.uint16),
+            np.full((5, 6, 1), 777, np.uint16), np.dstack([ALL16, ALL16.T, ALL16[::-1]])]
+    gray, rgb = [i for i in imgs if i.shape[2] == 1], [i for i in imgs if i.shape[2] == 3]
+    for img, got in zip(gray + rgb, dali_window(op, gray, 16, device) + dali_window(op, rgb, 16, device), strict=True):
+        flat = img.ravel()
+        low, high = (int(np.percentile(flat, p, method="lower")) for p in pct)
+        low, high = min(low, 65534), min(max(high, min(low, 65534) + 1), 65535)
+        want = np.clip(np.floor((np.clip(img.astype(np.float64), low, high) - low) * 255 / (high - low) + 0.5), 0, 255)
+        assert np.array_equal(op.apply(img, {}), want.astype(np.uint8)), pct
+        assert np.array_equal(got, op.apply(img, {})), pct
+    eight = [np.arange(256, dtype=np.uint8).reshape(16, 16, 1)]
+    assert np.array_equal(dali_window(op, eight, 8, device)[0], op.apply(eight[0], {}))
+
+
+def test_percentile_windows_through_a_spec_on_both_backends():
+    spec = AugmentSpec(ops=[T.RandomCrop(40), Window(percentiles=(1, 99)), T.Clahe(2.0, (4, 4))], dtype="uint8")
+    imgs = [textured(s, (48, 56, 3), 65535) // (s + 1) for s in range(3)]
+    dali, fallback = both_backends(spec, [png16(i) for i in imgs])
+    for d, f in zip(dali, fallback, strict=True):
+        assert np.array_equal(d, f) and f.max() > 200
+
+
+@pytest.mark.parametrize("kwargs", [{"percentiles": (5, 5)}, {"percentiles": (0.001, 50)}, {"percentiles": (1, 101)},
+                                    {"percentiles": 3}, {"low": 0, "percentiles": (1, 99)}])
+def test_invalid_percentiles_are_refused(kwargs):
+    with pytest.raises(ConfigError, match="Window"):
+        Window(**kwargs)

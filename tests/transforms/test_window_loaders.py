@@ -61,12 +61,12 @@ def batches(index, spec, kind):
         loader.close()
 
 
+@pytest.mark.parametrize("window", [Window(1000, 50000), Window(percentiles=(0.5, 99.5))], ids=["fixed", "percentiles"])
 @pytest.mark.parametrize("color", ["gray", "rgb"])
-def test_a_tree_mixing_16_and_8_bit_files_gives_equal_batches(mixed_tree, color):
+def test_a_tree_mixing_16_and_8_bit_files_gives_equal_batches(mixed_tree, color, window):
     index = SampleIndex.from_folder(mixed_tree, progress=False)
     assert not index.rejected and len(index) == 2 * (7 + 7 + 1 + 3)
-    ops = [T.RandomHorizontalFlip(), T.CenterCrop((28, 36)), Window(1000, 50000), T.Clahe(2.0, (4, 4)),
-           T.Resize((20, 24))]
+    ops = [T.RandomHorizontalFlip(), T.CenterCrop((28, 36)), window, T.Clahe(2.0, (4, 4)), T.Resize((20, 24))]
     spec = AugmentSpec(ops=([T.Grayscale()] if color == "gray" else []) + ops, dtype="uint8")
     dali, torch_ = batches(index, spec, "dali-cpu"), batches(index, spec, "torch")
     assert dali.shape == torch_.shape == (len(index), 1 if color == "gray" else 3, 20, 24)
