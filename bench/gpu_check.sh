@@ -15,7 +15,7 @@
 #
 # Stages and their time limits (seconds; a device command may run 10 minutes; tests/bench/test_bench.py checks
 # that they add up to at most 480):
-#   install 45 | versions + one mixed-decoder JPEG 45 | CUDA tests 90 | no host sync in a dali-gpu pass
+#   install 45 | versions + one mixed-decoder JPEG + every format's variants on mixed 45 | CUDA tests 90 | no host sync in a dali-gpu pass
 #   (set_sync_debug_mode("error")) and the data wait under a GPU-bound step 30 | device choice under
 #   several CUDA_VISIBLE_DEVICES (no CUDA context on another GPU) 40 | equivalence, decoders apart from
 #   operators, every operation 70 | data 25 | benchmark fallback, dali-gpu and the RandomResizedCrop
@@ -70,14 +70,19 @@ for mod in psutil simplejpeg tqdm torchvision; do
   "$py" -c "import $mod" 2>/dev/null || echo "gpu_check: warning: $mod is not importable (stage it: ../shared/gpu/stage.sh psutil simplejpeg tqdm 'torchvision==0.26.*'); stages or tests that need it will fail or skip" | tee -a "$out/stages.log"
 done
 smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee "$out/gpu.txt"
-timeout 20 "$py" -m bench.gpu_probe versions --out "$out" "${probe[@]}" 2>&1 | tee "$out/versions.txt"
-timeout 25 "$py" -m bench.gpu_probe decode --out "$out" "${probe[@]}" 2>&1 | tee "$out/decode.txt"
+timeout 15 "$py" -m bench.gpu_probe versions --out "$out" "${probe[@]}" 2>&1 | tee "$out/versions.txt"
+timeout 20 "$py" -m bench.gpu_probe decode --out "$out" "${probe[@]}" 2>&1 | tee "$out/decode.txt"
 rc=${PIPESTATUS[0]}
 finish decode "$rc"
 if [ "$rc" != 0 ]; then
   echo "gpu_check: stopping — DALI cannot decode a JPEG on this machine (see $out/decode.json)" | tee -a "$out/stages.log"
   exit 3
 fi
+# every format's variants (PNG, TIFF, BMP, WebP; those the machine's writers make) on the mixed decoder
+# against OpenCV: PNG/BMP/WebP decode on CPU threads (exact expected), TIFF on nvTIFF where it can
+timeout 10 "$py" -m bench.formats_table --device "$([ $dry = 1 ] && echo cpu || echo mixed)" \
+  --json "$out/formats_mixed.json" > "$out/formats_mixed.md" 2> "$out/formats_mixed.err"
+finish formats "$?"
 
 cuda_tests() {  # cuda_tests NAME LIMIT ARGS...: CUDA-marked tests in a process of their own, a log and junit XML each
   local name=$1 limit=$2; shift 2

@@ -53,6 +53,7 @@ if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
 from .errors import (BadImageError, ColorDroppedWarning, ConfigError, DaliBackendError, FallbackWarning, IndexBuildError, IndexFileError,
                      LoaderClosedError, LoaderTimeoutError, LoaderWorkerError, ManifestError, MissingDependencyError,
                      OutputFileError, StaleIndexError, StaleIteratorError, StorageError)
+from .errors import FilesNotIndexedWarning
 from .core.augment import AmplificationWarning, AugmentSpec, AugParams, Clahe, draw_params
 from .transforms.intensity import Window
 from .index import Rejected, SampleIndex
@@ -68,6 +69,7 @@ __all__ = [
     "IndexBuildError", "IndexFileError",
     "ManifestError", "StaleIndexError", "BadImageError", "MissingDependencyError", "LoaderWorkerError", "LoaderClosedError",
     "LoaderTimeoutError", "StaleIteratorError", "OutputFileError", "StorageError", "FallbackWarning", "ColorDroppedWarning", "AmplificationWarning",
+    "FilesNotIndexedWarning",
 ]
 
 

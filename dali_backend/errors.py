@@ -94,5 +94,10 @@ class ColorDroppedWarning(UserWarning):
     said once per index; pass ``color="rgb"`` to keep the colour, or ``color="gray"`` to mean gray."""
 
 
+class FilesNotIndexedWarning(UserWarning):
+    """An index was built without some of the files under its root (rejected for their content, or
+    ignored for their extension): said at build time with the count per class; ``summary()`` lists them."""
+
+
 class ExecutorFailed(Exception):
     """An executor's ``run`` failed in a way its ``recover`` can repair; then the facade resumes the pass."""

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import cv2
 import numpy as np
 from numpy.typing import NDArray
 
@@ -37,6 +36,8 @@ def decode_16(buf: NDArray[np.uint8], color: str) -> NDArray[np.uint16] | None:
     """Decode to uint16 gray (HxW) or RGB (HxWx3), as DALI's ``decoders.image(dtype=UINT16)``: a file of
     more than 8 bits keeps its values (``IMREAD_ANYDEPTH``, or its entry's ``Decoding.opencv_16``), an
     8-bit file is decoded as always and promoted ``x * 257``; None when the decoder refuses it."""
+    import cv2
+
     header = read_header(buf[:HEAD_BYTES])
     if header is None or header.bit_depth <= 8:
         img = opencv_decode(buf, color)

@@ -19,7 +19,7 @@ from .cliargs import (OneLineParser, operation_list, add_index_load_arguments, c
                       dir_or_url, existing_dir, fraction, index_file, int_range, keyword_rules, load_data, output_dir,
                       output_file, positive_int, run_command, size_wxh, text_encoding, verbosity_parent, milliseconds,
                       workers_count, _encoded, _shown)
-from ..errors import FallbackWarning
+from ..errors import FallbackWarning, FilesNotIndexedWarning
 from ..index import check_output_path, write_atomic
 from .pictures import MAX_PREVIEW_DRAWS, cmd_preview, save_preview
 
@@ -142,7 +142,8 @@ def cmd_index(args) -> int:
     report = Path(str(args.out) + ".rejected.csv")
     check_output_path(report, "rejected-files report")  # --out itself was checked by output_file
     t0 = time.perf_counter()
-    with command_line(INDEX_CLI_FLAGS):  # library errors name this command's flags
+    with command_line(INDEX_CLI_FLAGS), warnings.catch_warnings():  # library errors name this command's flags
+        warnings.simplefilter("ignore", FilesNotIndexedWarning)  # said by the log line (a WARNING: shown unless -q)
         index = _index_from_args(args, how)  # the library logs the summary (stderr; hidden by -q)
     log.debug("index built in %.2f s", time.perf_counter() - t0)
     args.out.parent.mkdir(parents=True, exist_ok=True)

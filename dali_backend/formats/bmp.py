@@ -11,7 +11,7 @@ are refused (re-save uncompressed at 24 bits). Nothing here is slow: the headers
 
 from __future__ import annotations
 
-from .registry import Check, Decoding, Header, ImageFormat, register, served_by_check
+from .registry import OPENCV_IMREAD, Check, Decoding, Header, ImageFormat, over_limit, register, served_by_check
 
 MAGIC = b"BM"
 _ACCEPTED_BITS = (1, 4, 8, 24, 32)
@@ -22,7 +22,9 @@ def _fields(data: bytes) -> dict[str, int] | None:
     """The header fields, or None when the headers are cut short."""
     if len(data) < 26 or not data.startswith(MAGIC):
         return None
-    le = lambda a, b, signed=False: int.from_bytes(data[a:b], "little", signed=signed)  # noqa: E731
+    def le(a: int, b: int, signed: bool = False) -> int:
+        return int.from_bytes(data[a:b], "little", signed=signed)
+
     dib = le(14, 18)
     if dib == 12:  # OS/2 BITMAPCOREHEADER: 16-bit sizes
         return dict(file_size=le(2, 6), offset=le(10, 14), dib=dib, width=le(18, 20), height=le(20, 22),
@@ -72,9 +74,8 @@ def _check(head: bytes, size: int, max_pixels: int, load, tail: bytes) -> Check:
     if f["compression"] not in (0, _BITFIELDS):
         return Check(f"compressed BMP (compression {f['compression']}, RLE): not measured on both decoders; re-save "
                      "it uncompressed", width, height)
-    if width * height > max_pixels:
-        return Check(f"the BMP header declares {width}x{height} = {width * height / 1e6:.1f} MP, over the limit of "
-                     f"{max_pixels / 1e6:.1f} MP (raise max_pixels to accept it)", width, height)
+    if (too_big := over_limit("the BMP header", width, height, max_pixels)):
+        return Check(too_big, width, height)
     needed = f["offset"] + ((width * f["bits"] + 31) // 32) * 4 * height
     if f["offset"] >= size or needed > size:
         return Check(f"truncated: the pixel rows need {needed} bytes from offset {f['offset']}, the file has {size}",
@@ -90,4 +91,4 @@ def served_refusal(data: bytes | memoryview, indexed: tuple[int, int] | None = N
 BMP = register(ImageFormat(
     name="bmp", magic=(MAGIC,), extensions=(".bmp",), read_header=read_header, check=_check,
     served_refusal=served_refusal,
-    decoding=Decoding(opencv={"gray": "IMREAD_GRAYSCALE", "rgb": "IMREAD_COLOR"})))
+    decoding=Decoding(opencv=OPENCV_IMREAD)))

@@ -21,7 +21,8 @@ from __future__ import annotations
 import zlib
 
 from .jpeg import exif_orientation
-from .registry import Check, Decoding, Header, ImageFormat, depth_refusal, indexed_refusal, register
+from .registry import (OPENCV_IMREAD, Check, Decoding, Header, ImageFormat, depth_refusal, indexed_refusal,
+                       over_limit, register)
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 IEND_TAIL = b"\x60\x82"  # the last two bytes of IEND's CRC (AE 42 60 82): a whole file ends with them
@@ -100,9 +101,8 @@ def _check(head: bytes, size: int, max_pixels: int, load, tail: bytes) -> Check:
             refusal = _ihdr_refusal(body) or depth_refusal("PNG", body[8])
             if refusal:
                 return Check(refusal, width, height)
-            if width * height > max_pixels:
-                return Check(f"IHDR declares {width}x{height} = {width * height / 1e6:.1f} MP, over the limit of "
-                             f"{max_pixels / 1e6:.1f} MP (raise max_pixels to accept it)", width, height)
+            if (too_big := over_limit("IHDR", width, height, max_pixels)):
+                return Check(too_big, width, height)
         elif kind == b"acTL":
             return Check("animated PNG (acTL chunk): the decoders read the first frame only; save the frame "
                          "wanted as a still PNG", width, height)
@@ -144,4 +144,4 @@ def served_refusal(data: bytes | memoryview, indexed: tuple[int, int] | None = N
 PNG = register(ImageFormat(
     name="png", magic=(SIGNATURE,), extensions=(".png",), read_header=read_header, check=_check,
     served_refusal=served_refusal,
-    decoding=Decoding(opencv={"gray": "IMREAD_GRAYSCALE", "rgb": "IMREAD_COLOR"})))
+    decoding=Decoding(opencv=OPENCV_IMREAD)))

@@ -157,6 +157,17 @@ def sniff(head: bytes | memoryview, filename: str | None = None) -> ImageFormat 
     return None
 
 
+OPENCV_IMREAD = {"gray": "IMREAD_GRAYSCALE", "rgb": "IMREAD_COLOR"}  # the formats OpenCV reads as DALI does
+
+
+def over_limit(what: str, width: int, height: int, max_pixels: int) -> str | None:
+    """Why a ``width`` x ``height`` image that ``what`` declares is over ``max_pixels``, or None."""
+    if width * height <= max_pixels:
+        return None
+    return (f"{what} declares {width}x{height} = {width * height / 1e6:.1f} MP, over the limit of "
+            f"{max_pixels / 1e6:.1f} MP (raise max_pixels to accept it)")
+
+
 MAX_BIT_DEPTH = 16  # the deepest samples served: 12- and 16-bit values reach a spec's Window (dali_backend.core.depth)
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import Check, Decoding, Header, ImageFormat, depth_refusal, register, served_by_check
+from .registry import Check, Decoding, Header, ImageFormat, depth_refusal, over_limit, register, served_by_check
 
 MAGIC = (b"II*\x00", b"MM\x00*")
 _TYPE_SIZE = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 1, 8: 2, 9: 4, 10: 8, 11: 4, 12: 8, 13: 4}
@@ -140,10 +140,7 @@ def _refusal(ifd: _Ifd, size: int, max_pixels: int) -> str | None:
     if ifd.next_ifd:
         return ("multi-page TIFF: the decoders read the first page only, so the other pages would be lost; save one "
                 "page per file")
-    if width * height > max_pixels:
-        return (f"the IFD declares {width}x{height} = {width * height / 1e6:.1f} MP, over the limit of "
-                f"{max_pixels / 1e6:.1f} MP (raise max_pixels to accept it)")
-    return None
+    return over_limit("the IFD", width, height, max_pixels)
 
 
 def _check(head: bytes, size: int, max_pixels: int, load, tail: bytes) -> Check:

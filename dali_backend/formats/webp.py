@@ -12,7 +12,7 @@ to identical pixels in RGB and in gray (both use libwebp), and both apply the EX
 from __future__ import annotations
 
 from .jpeg import exif_orientation
-from .registry import Check, Decoding, Header, ImageFormat, register, served_by_check
+from .registry import OPENCV_IMREAD, Check, Decoding, Header, ImageFormat, over_limit, register, served_by_check
 
 MAGIC = b"RIFF"
 
@@ -77,10 +77,7 @@ def _check(head: bytes, size: int, max_pixels: int, load, tail: bytes) -> Check:
         width, height, _ = _walk(bytes(head), size)
     except _Bad as e:
         return Check(e.args[0])
-    if width * height > max_pixels:
-        return Check(f"the WebP header declares {width}x{height} = {width * height / 1e6:.1f} MP, over the limit of "
-                     f"{max_pixels / 1e6:.1f} MP (raise max_pixels to accept it)", width, height)
-    return Check(None, width, height)
+    return Check(over_limit("the WebP header", width, height, max_pixels), width, height)
 
 
 def served_refusal(data: bytes | memoryview, indexed: tuple[int, int] | None = None) -> str | None:
@@ -91,4 +88,4 @@ def served_refusal(data: bytes | memoryview, indexed: tuple[int, int] | None = N
 WEBP = register(ImageFormat(
     name="webp", magic=(MAGIC,), extensions=(".webp",), read_header=read_header, check=_check,
     served_refusal=served_refusal,
-    decoding=Decoding(opencv={"gray": "IMREAD_GRAYSCALE", "rgb": "IMREAD_COLOR"})))
+    decoding=Decoding(opencv=OPENCV_IMREAD)))

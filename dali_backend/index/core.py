@@ -21,7 +21,7 @@ from ..util.strings import StringTable
 from . import remote
 from .build import check_candidates, folder_candidates, keyword_candidates, manifest_candidates
 from .options import Verify
-from .report import headline, summary_text
+from .report import headline, summary_text, warn_losses
 from .persist import changed_local, fingerprint_of, load_index, save_index
 from .shards import Shards
 from .update import check_source, source_of
@@ -338,6 +338,7 @@ class SampleIndex:
                     classes, cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], rejected, cand.ignored,
                     sorted(cand.ignored_files, key=lambda r: r.path), **extra)
         log.info("%s", index._headline())
+        warn_losses(index)  # files rejected or of another extension, per class (issue 34: nothing lost silently)
         empty = [c for c, k in zip(index.classes, index.class_counts()) if k == 0]
         if empty:
             log.warning("classes with no samples: %s", empty)

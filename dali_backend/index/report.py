@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from ..errors import FilesNotIndexedWarning
 from ..formats import registry
-from .options import NOT_JPEG
-
-from .options import _opt
+from .options import NOT_JPEG, _opt
 from .walk import Rejected, _Candidates, _count
 
 from .options import _capped
+
+log = logging.getLogger("dali_backend")
 
 
 
@@ -136,9 +139,55 @@ def _nothing_indexed(root: Path, cand: _Candidates, rejected: Sequence[Rejected]
                                                                "supported format (PNG keeps every level)")
 
 
+def losses(index) -> dict[str, Counter]:
+    """Files a person would expect in the index and that are not there, per class: rejected (for their
+    content; a manifest's duplicate line is no lost file) and ignored for their extension (:data:`NOT_JPEG`), counted by reason kind under the first
+    class name among each path's folders (``""``: under no class folder). Hidden files are not counted."""
+    classes = set(index.classes)
+    out: dict[str, Counter] = {}
+    lost = [(r.path, "rejected") for r in index.rejected if _reason_kind(r.reason) != "duplicate"]  # a line again
+    lost += [(r.path, NOT_JPEG) for r in index.ignored_files if r.reason == NOT_JPEG]
+    for path, why in lost:
+        owner = next((part for part in path.split("/")[:-1] if part in classes), "")
+        out.setdefault(owner, Counter())[why] += 1
+    return out
+
+
+def losses_text(index) -> str | None:
+    """One sentence: how many files each class lost and why (:func:`losses`), or None when none did."""
+    lost = losses(index)
+    if not lost:
+        return None
+    counts = dict(zip(index.classes, index.class_counts()))
+    parts = []
+    for owner, why in sorted(lost.items(), key=lambda kv: (-sum(kv[1].values()), kv[0])):
+        n = sum(why.values())
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(why.items()))
+        where = (f"class {owner!r} lost {n} of {n + int(counts[owner])}" if owner
+                 else f"{_count(n, 'file')} outside the classes")
+        parts.append(f"{where} ({reasons})")
+    total = sum(sum(c.values()) for c in lost.values())
+    return (f"{_count(total, 'file')} under {index.root} left out of the index: " + "; ".join(parts)
+            + ". index.summary() lists each file with its reason")
+
+
+def warn_losses(index) -> None:
+    """Say :func:`losses_text` at build time: a WARNING on the ``dali_backend`` logger and a
+    :class:`~dali_backend.errors.FilesNotIndexedWarning` (the logger has only a ``NullHandler`` until the
+    application configures logging, so the warning is what a plain script shows)."""
+    text = losses_text(index)
+    if text:
+        log.warning("%s", text)
+        warnings.warn(FilesNotIndexedWarning(text), stacklevel=5)  # the caller of from_folder/...
+
+
 def summary_text(index) -> str:
-    """:meth:`SampleIndex.summary`: the headline, then every rejected and ignored file grouped by reason."""
+    """:meth:`SampleIndex.summary`: the headline, what each class lost, then every rejected and ignored
+    file grouped by reason."""
     lines = [headline(index, listed_below=True)]
+    lost = losses_text(index)
+    if lost:
+        lines.append(lost)
     if index.rejected:
         lines.append(f"rejected files ({len(index.rejected)}):")
         lines += _grouped(index.rejected, _reason_kind, detail=True)

@@ -3,7 +3,8 @@
 Many small objects cost a request each, and listing and header checks per object; a shard of a few
 hundred MB is one object, and a sample in it is one range read at a known offset (the packed index
 records it). The shards follow WebDataset's layout: ``shard-000000.tar``, ... holding, per sample in
-index order, ``<key>.jpg`` (the file's bytes, unchanged) and ``<key>.cls`` (its class id as text), with
+index order, ``<key>.<ext>`` (the file's bytes, unchanged; ``ext`` the first extension of the format its bytes name:
+``jpg``, ``png``, ``tif``, ``bmp``, ``webp``) and ``<key>.cls`` (its class id as text), with
 ``key`` the sample's position in the source index (8 digits), so WebDataset and DALI's
 ``readers.webdataset`` read them as they are. The packed index keeps every sample's original relative
 path, label, size and frame size, so :meth:`SampleIndex.split`, ``on_error`` replacements and error

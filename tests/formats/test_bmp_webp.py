@@ -10,7 +10,7 @@ import pytest
 
 from dali_backend.formats import registry
 from dali_backend.index import SampleIndex
-from tests.formats.backends import served_by_both
+from tests.formats.backends import assert_refused_with_reasons, served_by_both
 from tests.helpers import write
 
 cv2 = pytest.importorskip("cv2")
@@ -80,14 +80,7 @@ def test_every_variant_is_indexed_with_its_size(tree):
 
 
 def test_broken_files_name_the_reason(tmp_path):
-    for name, (data, _) in corrupt().items():
-        write(tmp_path / "a" / name, data)
-    write(tmp_path / "a" / "ok.bmp", variants(2)["gray.bmp"])
-    index = SampleIndex.from_folder(tmp_path, progress=False)
-    reasons = {r.path: r.reason for r in index.rejected}
-    for name, (_, expected) in corrupt().items():
-        assert expected in reasons[f"a/{name}"], (name, reasons[f"a/{name}"])
-    assert list(index.paths) == ["a/ok.bmp"]
+    assert_refused_with_reasons(tmp_path, corrupt(), "ok.bmp", variants(2)["gray.bmp"])
 
 
 def test_headers_read_channels_and_orientation():

@@ -9,9 +9,10 @@ import zlib
 import numpy as np
 import pytest
 
+from bench.formats_table import interlaced_png
 from dali_backend.formats import registry
 from dali_backend.index import SampleIndex
-from tests.formats.backends import served_by_both
+from tests.formats.backends import assert_refused_with_reasons, served_by_both
 from tests.helpers import write
 
 cv2 = pytest.importorskip("cv2")
@@ -36,21 +37,8 @@ def png_variants(seed: int = 0, h: int = 30, w: int = 40) -> dict[str, bytes]:
         "gray_alpha": _pil(np.dstack([gray, gray[::-1]]), mode="LA"),
         "palette": _pil(Image.fromarray(rgb).quantize(32)),
         "one_bit": _pil(gray > 127),
-        "interlaced": _interlaced(rgb),
+        "interlaced": interlaced_png(rgb),
     }
-
-
-def _interlaced(rgb: np.ndarray) -> bytes:
-    """An Adam7-interlaced RGB PNG (neither OpenCV nor Pillow writes one): raw passes, filter 0."""
-    h, w = rgb.shape[:2]
-    rows = []
-    for y0, x0, dy, dx in ((0, 0, 8, 8), (0, 4, 8, 8), (4, 0, 8, 4), (0, 2, 4, 4), (2, 0, 4, 2), (0, 1, 2, 2),
-                           (1, 0, 2, 1)):
-        sub = rgb[y0::dy, x0::dx]
-        if sub.size:
-            rows += [b"\x00" + r.tobytes() for r in sub]
-    ihdr = w.to_bytes(4, "big") + h.to_bytes(4, "big") + bytes([8, 2, 0, 0, 1])
-    return registry_png(ihdr, zlib.compress(b"".join(rows)))
 
 
 def chunk(kind: bytes, body: bytes) -> bytes:
@@ -92,14 +80,7 @@ def test_every_8_bit_variant_is_indexed_with_its_size(png_tree):
 
 
 def test_corrupt_pngs_are_refused_at_index_time_with_the_reason(tmp_path):
-    for name, (data, _) in corrupt_pngs().items():
-        write(tmp_path / "a" / name, data)
-    write(tmp_path / "a" / "ok.png", png_variants(2)["gray"])
-    index = SampleIndex.from_folder(tmp_path, progress=False)
-    reasons = {r.path: r.reason for r in index.rejected}
-    for name, (_, expected) in corrupt_pngs().items():
-        assert expected in reasons[f"a/{name}"], (name, reasons[f"a/{name}"])
-    assert list(index.paths) == ["a/ok.png"]
+    assert_refused_with_reasons(tmp_path, corrupt_pngs(), "ok.png", png_variants(2)["gray"])
 
 
 def test_a_long_png_is_checked_by_its_head_and_tail():
@@ -150,3 +131,21 @@ def test_verify_decode_catches_corrupt_pixel_data_the_header_check_passes(tmp_pa
     index = SampleIndex.from_folder(tmp_path, verify="decode", progress=False)
     assert list(index.paths) == ["a/good.png"]
     assert "corrupt or unsupported PNG data" in index.rejected[0].reason
+
+
+def test_the_mvtec_ad_layout_indexes_by_split(tmp_path):
+    """``<category>/train/good``, ``<category>/test/<defect>`` and the masks in ``ground_truth/<defect>``:
+    ``split=`` picks the images; the classes are the same in both splits; the masks are not samples."""
+    root = tmp_path / "bottle"
+    v = png_variants(8)
+    for k in range(3):
+        write(root / "train" / "good" / f"{k:03d}.png", v["rgb"])
+    for defect in ("good", "broken_large", "contamination"):
+        write(root / "test" / defect / "000.png", v["gray"])
+    for defect in ("broken_large", "contamination"):
+        write(root / "ground_truth" / defect / "000_mask.png", v["one_bit"])
+    train = SampleIndex.from_folder(root, split="train", progress=False)
+    test = SampleIndex.from_folder(root, split="test", progress=False)
+    assert train.classes == test.classes == ("broken_large", "contamination", "good")
+    assert train.class_counts().tolist() == [0, 0, 3] and test.class_counts().tolist() == [1, 1, 1]
+    assert not any("mask" in p for p in [*train.paths, *test.paths])

@@ -11,7 +11,7 @@ import pytest
 from dali_backend.formats import registry
 from dali_backend.formats.tiff import rgb_to_gray
 from dali_backend.index import SampleIndex
-from tests.formats.backends import served_by_both
+from tests.formats.backends import assert_refused_with_reasons, served_by_both
 from tests.helpers import write
 
 cv2 = pytest.importorskip("cv2")
@@ -82,14 +82,7 @@ def test_every_accepted_layout_is_indexed_with_its_size(tiff_tree):
 
 
 def test_refused_layouts_and_broken_files_name_the_reason(tmp_path):
-    for name, (data, _) in corrupt_tiffs().items():
-        write(tmp_path / "a" / name, data)
-    write(tmp_path / "a" / "ok.tiff", tiff_variants(2)["gray"])
-    index = SampleIndex.from_folder(tmp_path, progress=False)
-    reasons = {r.path: r.reason for r in index.rejected}
-    for name, (_, expected) in corrupt_tiffs().items():
-        assert expected in reasons[f"a/{name}"], (name, reasons[f"a/{name}"])
-    assert list(index.paths) == ["a/ok.tiff"]
+    assert_refused_with_reasons(tmp_path, corrupt_tiffs(), "ok.tiff", tiff_variants(2)["gray"])
 
 
 def test_an_ifd_at_the_end_of_a_long_file_is_loaded():

@@ -175,7 +175,8 @@ def test_no_images_says_what_was_found(tmp_path):
     with pytest.raises(IndexBuildError) as e:
         SampleIndex.from_folder(tmp_path, progress=False)
     assert str(e.value).startswith(f"no image files under {str(tmp_path)!r}: 10 GIF files, 1 extension-less file "
-                                   "and 1 TXT file ignored (the index takes .jpg, .jpeg, .png")
+                                   "and 1 TXT file ignored (the index takes .jpg, .jpeg, ")
+    assert ".png, .tif, .tiff, .webp)" in str(e.value)
     assert "; also skipped: hidden: 1. Check the path, or convert the images to a supported format" in str(e.value)
 
 
