@@ -74,6 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     sizes.add_argument("--source-sizes", type=size_list, metavar="WxH,WxH,...",
                        help="run the whole benchmark once per synthetic size, e.g. 320x240,1024x768,2048x1536, and "
                             "chart each contender's ratio to the ceiling against the size")
+    p.add_argument("--format", default="jpeg", choices=["jpeg", "png", "bmp", "tiff", "webp"],
+                   help="the synthetic images' format (default jpeg; 8 bits)")
     p.add_argument("--size", type=size_wxh, default=(256, 256), help="output size WxH (default 256x256)")
     p.add_argument("--epochs", type=positive_int, default=3, help="timed epochs after one warm-up (default 3)")
     p.add_argument("--batch-size", type=positive_int, default=32)
@@ -329,10 +331,11 @@ def run(args) -> int:
     cache = Path(args.cache or default_cache())
     runs, failures = [], 0
     for w, h in sizes:
-        root = cache / f"bench-{args.images}-{w}x{h}"
+        root = cache / (f"bench-{args.images}-{w}x{h}" + ("" if args.format == "jpeg" else f"-{args.format}"))
         t0 = time.perf_counter()
-        generate_defect_dataset(root, n=args.images, size=(w, h), quality=92, seed=0)
-        log.info("data: %d synthetic %dx%d JPEGs in %s (%.0f s)", args.images, w, h, root, time.perf_counter() - t0)
+        generate_defect_dataset(root, n=args.images, size=(w, h), quality=92, seed=0, format=args.format)
+        log.info("data: %d synthetic %dx%d %s files in %s (%.0f s)", args.images, w, h, args.format.upper(), root,
+                 time.perf_counter() - t0)
         index = SampleIndex.from_folder(root, progress=False)
         if len(sizes) == 1:
             size_json = out_json

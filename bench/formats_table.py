@@ -120,9 +120,10 @@ def variants(seed: int = 0) -> dict[str, Callable[[], bytes]]:
     }
 
 
-def dali_decode(files: list[bytes], colour: str, device: str) -> list[np.ndarray | str]:
-    """Each file decoded by DALI's ``fn.decoders.image`` on ``device`` (``cpu`` or ``mixed``), or the
-    error text when the batch fails (then each file alone, to name which)."""
+def dali_decode(files: list[bytes], colour: str, device: str, bits: int = 8) -> list[np.ndarray | str]:
+    """Each file decoded by DALI's ``fn.decoders.image`` on ``device`` (``cpu`` or ``mixed``; ``bits=16``:
+    ``dtype=UINT16``, as a spec with a Window decodes), or the error text when the batch fails (then
+    each file alone, to name which)."""
     from nvidia.dali import fn, pipeline_def, types
 
     def run(batch: list[bytes]) -> list[np.ndarray]:
@@ -133,6 +134,7 @@ def dali_decode(files: list[bytes], colour: str, device: str) -> list[np.ndarray
         def pipe():
             enc = fn.external_source(source=lambda: arrays, batch=True, dtype=types.UINT8)
             extra = {"jpeg_fancy_upsampling": True} if device == "mixed" else {}
+            extra.update({"dtype": types.UINT16} if bits == 16 else {})
             return fn.decoders.image(enc, device=device, output_type=types.GRAY if colour == "gray" else types.RGB,
                                      **extra)
 
@@ -168,8 +170,18 @@ def table_rows(device: str = "cpu", seed: int = 0) -> list[dict]:
             files[name] = write()
         except (ImportError, AttributeError):  # its writer (Pillow, tifffile) is not installed here: no row
             continue
+    from fallback.ops import decode_16
+
+    # 16-bit variants are compared at 16 bits (DALI's dtype=UINT16 against the fallback's decode_16): how a
+    # spec with a Window reads them; a spec without one refuses them when served (dali_backend.core.depth)
+    deep = [n for n, data in files.items() if getattr(registry.read_header(data), "bit_depth", 8) > 8]
     names = list(files)
-    decoded = {c: dali_decode([files[n] for n in names], c, device) for c in ("rgb", "gray")}
+    decoded = {}
+    for c in ("rgb", "gray"):
+        shallow = [n for n in names if n not in deep]
+        by_name = dict(zip(shallow, dali_decode([files[n] for n in shallow], c, device)))
+        by_name.update(zip(deep, dali_decode([files[n] for n in deep], c, device, bits=16)))
+        decoded[c] = [by_name[n] for n in names]
     rows = []
     for k, name in enumerate(names):
         data = files[name]
@@ -181,7 +193,7 @@ def table_rows(device: str = "cpu", seed: int = 0) -> list[dict]:
         worst, same_shape, refused = 0, True, []
         for colour in ("rgb", "gray"):
             dali = decoded[colour][k]
-            cv = registry.opencv_decode(data, colour)
+            cv = decode_16(np.frombuffer(data, np.uint8), colour) if name in deep else registry.opencv_decode(data, colour)
             if cv is not None and cv.ndim == 2:
                 cv = cv[..., None]
             row[f"dali_{colour}"], row[f"opencv_{colour}"] = _cell(dali), "refused" if cv is None else _cell(cv)

@@ -103,6 +103,8 @@ stage "2b. device choice: a rank on its GPU, no CUDA context on another, under s
 cuda_tests devices 35 tests/dali/test_gpu_setup.py -k "its_gpu"
 
 stage "2c. the other CUDA-marked tests"
+# among them the 16-bit cases (tests/transforms/test_window.py): Window on all 65536 uint16 values on the GPU,
+# and 16-bit PNG/TIFF decoded on mixed, flipped, cropped and windowed, exact against the fallback
 timeout -s INT -k 10 80 "$py" -m pytest -v -m "cuda or torchvision" -p no:cacheprovider --durations=0 \
   --junitxml="$out/pytest_cuda.xml" --ignore=tests/facade/test_host_syncs.py --deselect \
   "tests/dali/test_gpu_setup.py::test_a_rank_decodes_on_its_gpu_and_creates_no_context_on_another" \

@@ -55,6 +55,7 @@ from .errors import (BadImageError, ColorDroppedWarning, ConfigError, DaliBacken
                      OutputFileError, StaleIndexError, StaleIteratorError, StorageError)
 from .errors import FilesNotIndexedWarning
 from .core.augment import AmplificationWarning, AugmentSpec, AugParams, Clahe, draw_params
+from .transforms.intensity import Window
 from .index import Rejected, SampleIndex
 from .core.labelling import DEFAULT_KEYWORDS, KeywordRules
 from .sampling.sequences import Sequences
@@ -63,7 +64,7 @@ logging.getLogger("dali_backend").addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 __all__ = [
-    "AugmentSpec", "AugParams", "Clahe", "draw_params", "SampleIndex", "Rejected", "KeywordRules", "DEFAULT_KEYWORDS",
+    "AugmentSpec", "AugParams", "Clahe", "Window", "draw_params", "SampleIndex", "Rejected", "KeywordRules", "DEFAULT_KEYWORDS",
     "WeightedSampler", "Draw", "AspectGroupedSampler", "padding_fraction", "Sequences", "ClipSampler", "Clip", "DaliLoader", "ImageDataset", "FallbackLoader", "DaliBackendError", "ConfigError",
     "IndexBuildError", "IndexFileError",
     "ManifestError", "TargetError", "StaleIndexError", "BadImageError", "MissingDependencyError", "LoaderWorkerError", "LoaderClosedError",

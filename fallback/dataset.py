@@ -22,6 +22,7 @@ from torch.utils.data import Dataset, get_worker_info
 from dali_backend.core.augment import AugmentSpec, AugParams, draw_params
 from dali_backend.core.boundary import SampleSet
 from dali_backend.core.colour import warn_if_colour_dropped
+from dali_backend.core.depth import check_served
 from dali_backend.errors import BadImageError, ConfigError
 from dali_backend.index import SampleIndex
 from dali_backend.core.tensors import apply_batch_ops, batch_params
@@ -160,7 +161,8 @@ class ImageDataset(Dataset):
         t0 = time.perf_counter()
         data = self.reader.read(i, epoch)
         t1 = time.perf_counter()
-        img = ops.decode(data, self.spec.color)
+        check_served(self.spec, data, self.reader.path(i))  # 16-bit data under an 8-bit spec: refused
+        img = ops.decode(data, self.spec.color, self.spec.bit_depth)
         if stages is not None:
             stages["read"] = stages.get("read", 0.0) + (t1 - t0)
             stages["decode"] = stages.get("decode", 0.0) + (time.perf_counter() - t1)

@@ -16,16 +16,40 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dali_backend.core.augment import AugmentSpec
-from dali_backend.formats.registry import opencv_decode
+from dali_backend.formats.registry import HEAD_BYTES, opencv_decode, opencv_decoding_16, read_header
 from dali_backend.core.tensors import normalize  # noqa: F401  (re-exported: one normalisation for both backends)
 
 Image = NDArray[np.uint8]  # HxW (gray) or HxWx3 (RGB)
 
 
-def decode(data: NDArray[np.uint8] | bytes, color: str) -> Image | None:
+def decode(data: NDArray[np.uint8] | bytes, color: str, bits: int = 8) -> Image | None:
     """Decode encoded bytes to gray (HxW) or RGB (HxWx3) uint8 by their format's registry entry
-    (:func:`~dali_backend.formats.registry.opencv_decode`); None when the decoder refuses the data."""
+    (:func:`~dali_backend.formats.registry.opencv_decode`); None when the decoder refuses the data.
+    ``bits=16`` (a spec with a Window): uint16 values, see :func:`decode_16`."""
+    if bits == 16:
+        return decode_16(np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview))
+                         else data, color)
     return opencv_decode(data, color)
+
+
+def decode_16(buf: NDArray[np.uint8], color: str) -> NDArray[np.uint16] | None:
+    """Decode to uint16 gray (HxW) or RGB (HxWx3), as DALI's ``decoders.image(dtype=UINT16)``: a file of
+    more than 8 bits keeps its values (``IMREAD_ANYDEPTH``, or its entry's ``Decoding.opencv_16``), an
+    8-bit file is decoded as always and promoted ``x * 257``; None when the decoder refuses it."""
+    import cv2
+
+    header = read_header(buf[:HEAD_BYTES])
+    if header is None or header.bit_depth <= 8:
+        img = opencv_decode(buf, color)
+    elif (own := opencv_decoding_16(buf[:16])) is not None:  # TIFF's colour -> gray: DALI's formula
+        img = own(buf, color)
+    else:
+        img = cv2.imdecode(buf, (cv2.IMREAD_GRAYSCALE if color == "gray" else cv2.IMREAD_COLOR) | cv2.IMREAD_ANYDEPTH)
+        if img is not None and color != "gray":
+            img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)  # OpenCV's colour order is BGR
+    if img is None:
+        return None
+    return img.astype(np.uint16) * np.uint16(257) if img.dtype == np.uint8 else img.astype(np.uint16, copy=False)
 
 
 # ----------------------------------------------------------------------------------------- resize

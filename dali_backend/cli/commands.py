@@ -187,6 +187,20 @@ def cmd_split(args) -> int:
     return 0
 
 
+def demo_spec(size: int, bit_depth: int = 8):
+    """The demo's spec: the gray inspection preset; for 12- or 16-bit data the same steps after a
+    ``Window`` over the data's whole range (the declared 16-to-8-bit step; ``--bit-depth``)."""
+    from ..core.augment import AugmentSpec
+    from ..transforms import Clahe, ColorJitter, Grayscale, RandomRotation, Resize, Window
+
+    if bit_depth == 8:
+        return AugmentSpec(size=size, color="gray")
+    preset = AugmentSpec(size=size, color="gray")
+    return AugmentSpec(ops=[Grayscale(3), Window(0, (1 << bit_depth) - 1), Clahe(), Resize((size, size)),
+                            RandomRotation(preset.rotate_deg), ColorJitter(preset.brightness, preset.contrast)],
+                       mean=preset.mean, std=preset.std)
+
+
 def cmd_demo(args) -> int:
     import numpy as np
 
@@ -206,15 +220,17 @@ def cmd_demo(args) -> int:
         root = args.data
     else:
         w, h = args.size
-        root = Path(args.cache) / f"defects-{args.images}-{w}x{h}-q{args.quality}-s{args.seed}"
+        kind = "" if (args.format, args.bit_depth) == ("jpeg", 8) else f"-{args.format}{args.bit_depth}"
+        root = Path(args.cache) / f"defects-{args.images}-{w}x{h}-q{args.quality}-s{args.seed}{kind}"
         t0 = time.perf_counter()
-        generate_defect_dataset(root, n=args.images, size=args.size, quality=args.quality, seed=args.seed)
+        generate_defect_dataset(root, n=args.images, size=args.size, quality=args.quality, seed=args.seed,
+                                format=args.format, bit_depth=args.bit_depth)
         print(f"data: {root} [{time.perf_counter() - t0:.1f} s]")  # the library logs what it generated
     t0 = time.perf_counter()
     index = SampleIndex.from_folder(root)  # the library logs the summary
     index.save(out / "index.npz")
     print(f"index: {out / 'index.npz'} [{time.perf_counter() - t0:.2f} s]")
-    spec = AugmentSpec(size=args.out_size, color="gray")  # the inspection preset: gray on purpose
+    spec = demo_spec(args.out_size, args.bit_depth)  # the inspection preset: gray on purpose
     ds = ImageDataset(index, spec, seed=args.seed)
     sampler = WeightedSampler(index, seed=args.seed)
     name, _, reason = choose_backend(args.device, args.backend)
@@ -311,6 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--images", type=positive_int, default=400, help="synthetic images (default 400)")
     d.add_argument("--size", type=size_wxh, default=(1024, 768), help="synthetic image size WxH (default 1024x768)")
     d.add_argument("--quality", type=int_range(1, 100), default=92, help="JPEG quality 1-100 (default 92)")
+    d.add_argument("--format", default="jpeg", choices=["jpeg", "png", "bmp", "tiff", "webp"],
+                   help="synthetic images' format (default jpeg)")
+    d.add_argument("--bit-depth", type=int, default=8, choices=[8, 12, 16],
+                   help="synthetic images' bits per value: 12 or 16 with --format png or tiff (read through a Window)")
     d.add_argument("--out-size", type=positive_int, default=256, help="square output size in pixels (default 256)")
     d.add_argument("--epochs", type=positive_int, default=3, help="epochs to run (default 3)")
     d.add_argument("--batch-size", type=positive_int, default=32)

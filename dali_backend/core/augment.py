@@ -14,6 +14,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from .amplification import AmplificationWarning, warn_amplification  # noqa: F401 (AmplificationWarning: re-exported)
+from .depth import check_order, source_refusal, window_position
 from ..errors import ConfigError
 from ..transforms import Clahe, ColorJitter, Grayscale, Normalize, RandomRotation, Resize, ToDtype, Transform
 from ..transforms.base import Param, uniforms
@@ -213,6 +214,7 @@ class AugmentSpec:
                 hint = (" (a torchvision transform: translate a Compose with AugmentSpec.from_torchvision)"
                         if type(op).__module__.startswith("torchvision") else "")
                 raise ConfigError(f"AugmentSpec.ops[{k}]={op!r} is not an operation of dali_backend.transforms{hint}")
+        check_order(ops)  # 16-bit values reach only the operations exact on them, then a Window
         pixel = [k for k, op in enumerate(ops) if op.KIND not in ("output", "batch")]
         late = [type(op).__name__ for k, op in enumerate(ops)
                 if op.KIND in ("output", "batch") and pixel and k < pixel[-1]]
@@ -335,6 +337,19 @@ class AugmentSpec:
     @property
     def is_random(self) -> bool:
         return any(op.is_random for op in self.transforms)
+
+    @property
+    def bit_depth(self) -> int:
+        """Bits per value the images are decoded to: 16 when the operations hold a ``Window`` (8-bit
+        files promoted ``x * 257``), else 8 (see :mod:`dali_backend.core.depth`)."""
+        return 8 if window_position(self.transforms) is None else 16
+
+    def depth_refusal(self, bits: int) -> str | None:
+        """Why an image of ``bits`` bits per value cannot go through this spec (it would lose bits), or None."""
+        reason = source_refusal(self.transforms, bits)
+        if reason and self.ops is None:
+            reason += "; the preset holds no Window: use ops=[Window(...), Clahe(), Resize(...), ...]"
+        return reason
 
     @property
     def needs_size(self) -> bool:

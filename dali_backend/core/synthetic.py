@@ -3,7 +3,10 @@
 Used by the tests, the demo and the benchmark, so that nobody needs to download data. Images are
 deterministic functions of (seed, class, number); the folder layout is ``out/<class>/<class>_NNNNN.jpg``
 with the classes ``normal``, ``scratch`` and ``dent`` in the proportions asked for (default 80/13/7,
-the imbalance of a real inspection line).
+the imbalance of a real inspection line). Other formats (``format="png"``, ``"bmp"``, ``"tiff"``,
+``"webp"``) and 12- or 16-bit PNG/TIFF (``bit_depth``; 12 bits stored in 16, values below 4096) hold
+the same scenes: a 16-bit image is the scene before its rounding to 8 bits, ``round(v * 257)``, so
+it has values an 8-bit file cannot hold. The default (JPEG, 8 bits) is unchanged byte for byte.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from ..util.progress import track
 log = logging.getLogger("dali_backend")
 CLASSES = ("normal", "scratch", "dent")
 DEFAULT_FRACTIONS = (0.80, 0.13, 0.07)
+# format -> (file extension, the bit depths OpenCV writes it at)
+FORMATS = {"jpeg": (".jpg", (8,)), "png": (".png", (8, 12, 16)), "bmp": (".bmp", (8,)),
+           "tiff": (".tif", (8, 12, 16)), "webp": (".webp", (8,))}
 
 
 def class_counts(n: int, fractions: Sequence[float]) -> list[int]:
@@ -85,21 +91,38 @@ def add_dent(rng: np.random.Generator, img: np.ndarray) -> None:
     img += shade[..., None] if img.ndim == 3 else shade
 
 
-def make_image(seed: int, cls: str, number: int, width: int, height: int, color: bool = True) -> np.ndarray:
-    """One image (uint8, BGR when ``color``) as a pure function of its arguments."""
+def make_image(seed: int, cls: str, number: int, width: int, height: int, color: bool = True,
+               bit_depth: int = 8) -> np.ndarray:
+    """One image (uint8, BGR when ``color``; uint16 for ``bit_depth`` 12 or 16) as a pure function of its
+    arguments: the same scene at every depth, ``round(v * (2**bits - 1) / 255)`` of its float levels ``v``."""
     rng = np.random.default_rng([int(seed), CLASSES.index(cls), int(number)])
     img = metal_surface(rng, width, height, color)
     if cls == "scratch":
         add_scratches(rng, img)
     elif cls == "dent":
         add_dent(rng, img)
-    return np.clip(img, 0, 255).astype(np.uint8)
+    if bit_depth == 8:
+        return np.clip(img, 0, 255).astype(np.uint8)
+    top = (1 << bit_depth) - 1
+    return np.rint(np.clip(img, 0, 255) * np.float32(top / 255.0)).astype(np.uint16)
+
+
+def encode(img: np.ndarray, fmt: str, quality: int = 92) -> bytes:
+    """``img`` (BGR or gray, uint8 or uint16) encoded as ``fmt`` (a key of :data:`FORMATS`) by OpenCV;
+    ``quality`` for JPEG and WebP (WebP above 100: lossless)."""
+    ext = FORMATS[fmt][0]
+    flags = {"jpeg": [cv2.IMWRITE_JPEG_QUALITY, quality], "webp": [cv2.IMWRITE_WEBP_QUALITY, quality]}.get(fmt, [])
+    ok, enc = cv2.imencode(ext, img, flags)
+    if not ok:
+        raise RuntimeError(f"OpenCV failed to encode a {img.dtype} image of shape {img.shape} as {fmt}")
+    return enc.tobytes()
 
 
 def generate_defect_dataset(out: str | os.PathLike, n: int = 300, size: tuple[int, int] = (640, 480),
                             fractions: Sequence[float] = DEFAULT_FRACTIONS, quality: int = 92, seed: int = 0,
-                            color: bool = True, workers: int | None = None, progress: bool | None = None) -> Path:
-    """Write ``n`` JPEGs to ``out/<class>/`` and return ``out``; reuses a complete earlier run.
+                            color: bool = True, workers: int | None = None, progress: bool | None = None,
+                            format: str = "jpeg", bit_depth: int = 8) -> Path:
+    """Write ``n`` images (JPEGs by default) to ``out/<class>/`` and return ``out``; reuses a complete earlier run.
 
     Args:
         out: destination folder (created).
@@ -110,7 +133,15 @@ def generate_defect_dataset(out: str | os.PathLike, n: int = 300, size: tuple[in
         seed: the set is a pure function of the arguments.
         color: colour (3-channel) JPEGs, else grayscale.
         workers: encoding threads (default: CPU count).
+        format: ``"jpeg"`` (default), ``"png"``, ``"bmp"``, ``"tiff"`` or ``"webp"``.
+        bit_depth: 8 (default), or 12 / 16 for ``"png"`` and ``"tiff"`` (uint16 files; 12 bits: values
+            below 4096). Read them with a spec holding a ``Window`` (``Window(0, 4095)`` for 12 bits).
     """
+    if format not in FORMATS:
+        raise ConfigError(f"format={format!r}; use one of {', '.join(FORMATS)}")
+    if bit_depth not in FORMATS[format][1]:
+        raise ConfigError(f"bit_depth={bit_depth!r} for format={format!r}; {format} is written at "
+                          f"{' or '.join(map(str, FORMATS[format][1]))} bits (12 and 16 bits: png or tiff)")
     if n < 1:
         raise ConfigError(f"n={n}; must be at least 1 image")
     if len(fractions) != len(CLASSES) or any(f < 0 for f in fractions) or sum(fractions) <= 0:
@@ -123,6 +154,8 @@ def generate_defect_dataset(out: str | os.PathLike, n: int = 300, size: tuple[in
     out = Path(out)
     params = {"n": n, "size": [width, height], "fractions": [float(f) for f in fractions], "quality": quality,
               "seed": seed, "color": color, "version": 1}
+    if (format, bit_depth) != ("jpeg", 8):  # the default's marker stays as it was (earlier runs are reused)
+        params.update(format=format, bit_depth=bit_depth)
     marker = out / ".synthetic.json"
     if marker.is_file():
         try:
@@ -137,11 +170,8 @@ def generate_defect_dataset(out: str | os.PathLike, n: int = 300, size: tuple[in
 
     def write(job: tuple[str, int]) -> None:
         cls, i = job
-        img = make_image(seed, cls, i, width, height, color)
-        ok, enc = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, quality])
-        if not ok:
-            raise RuntimeError(f"OpenCV failed to encode synthetic image {cls}/{i}")
-        enc.tofile(str(out / cls / f"{cls}_{i:05d}.jpg"))
+        img = make_image(seed, cls, i, width, height, color, bit_depth)
+        (out / cls / f"{cls}_{i:05d}{FORMATS[format][0]}").write_bytes(encode(img, format, quality))
 
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
         for _ in track(pool.map(write, jobs), total=len(jobs), desc="generating", enabled=progress, unit="img"):

@@ -9,10 +9,10 @@ import numpy as np
 
 from ..core.boundary import Kind, SampleSet
 from ..formats import registry
-from ..errors import BadImageError, ExecutorFailed, LoaderWorkerError
+from ..errors import BadImageError, ConfigError, ExecutorFailed, LoaderWorkerError
 from ..util.procstats import dali_operator_cpu_seconds
 from ..core.reading import ClipTable
-from .failures import parse_dali_failure
+from .failures import parse_dali_failure, worker_config_error
 from .runner import _ClipChanged, _DaliRunner
 from .wire import Col
 
@@ -85,6 +85,9 @@ class _DaliExecutor:
         """
         reader, text = self.samples.reader, str(failure.error)
         what = parse_dali_failure(text)
+        config = worker_config_error(text)
+        if config:  # a reader refused the spec for a file (a 16-bit image, no Window): the user's error, typed
+            raise ConfigError(config) from failure.error
         if not what.from_decoder:  # a reader callback raised, another operator failed: DALI's own error
             raise LoaderWorkerError(f"DALI's pipeline failed: {text.strip()[:3000]}; the next pass starts a new "
                                     "pipeline") from failure.error

@@ -48,3 +48,14 @@ def parse_dali_failure(text: str) -> DaliFailure:
              if line.strip() and not any(n in line.lower() for n in _NOISE)]
     name = operator.group(1) if operator else ("decoders" if "decod" in text.lower() else None)  # another form
     return DaliFailure(name, int(sample.group(1)) if sample else None, (lines[0] if lines else "")[:300])
+
+
+_CONFIG = "dali_backend.errors.ConfigError: "
+
+
+def worker_config_error(text: str) -> str | None:
+    """The message of a :class:`~dali_backend.errors.ConfigError` a reader worker raised (a 16-bit file
+    under a spec without a Window: :func:`dali_backend.core.depth.check_served`), or None."""
+    if "Exception traceback received from worker" not in text or _CONFIG not in text:
+        return None
+    return text.rsplit(_CONFIG, 1)[1].strip().splitlines()[0]

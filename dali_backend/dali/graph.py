@@ -67,8 +67,10 @@ def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, de
         decode_args = {"hw_decoder_load": hw_decoder_load, **registry.dali_decoder_args(True)} if gpu \
             else registry.dali_decoder_args(False)
         decode_args.update(device="mixed" if gpu else "cpu", output_type=types.GRAY if spec.color == "gray" else types.RGB)
+        if spec.bit_depth == 16:  # a spec with a Window: uint16 values up to it (8-bit files promoted x * 257)
+            decode_args["dtype"] = types.UINT16
         shape = fn.peek_image_shape(jpegs, dtype=types.INT32)  # after EXIF orientation, like the decoder
-        ctx = GraphContext(gpu=gpu, channels=spec.channels, hw=(shape[0], shape[1]))
+        ctx = GraphContext(gpu=gpu, channels=spec.channels, hw=(shape[0], shape[1]), bits=spec.bit_depth)
         first = 0
         if region is None:
             images = fn.decoders.image(jpegs, **decode_args)

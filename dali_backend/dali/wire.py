@@ -27,6 +27,7 @@ import numpy as np
 
 from ..core.augment import AugmentSpec
 from ..core.boundary import BadDraw, Kind, Params, plain_params
+from ..core.depth import check_served
 from ..errors import BadImageError
 from ..formats.registry import decoded_size
 from ..core.reading import SERVED_BAD, ClipTable, OnError, SampleReader
@@ -286,6 +287,7 @@ class DrawSource:
         if kind == Kind.DRAW:
             try:
                 served, data = self._serve_frame(slot, index, epoch, position)
+                check_served(self.spec, data, self.reader.path(served))  # 16-bit data, 8-bit spec: ConfigError
                 size = decoded_size(data) if self.spec.needs_size else None
                 if size is None and self.spec.needs_size:
                     raise BadImageError(self.reader.path(served), served, int(self.reader.labels[served]), epoch,

@@ -66,12 +66,16 @@ class Decoding:
     ``dali_cpu`` / ``dali_gpu``: extra arguments of DALI's ``fn.decoders.image`` on CPU / GPU
     (``jpeg_fancy_upsampling``...); ``opencv``: colour mode (``"gray"``, ``"rgb"``) -> the name of the
     ``cv2.imdecode`` flag (``"IMREAD_GRAYSCALE"``), or a callable ``decode(bytes, colour) -> array``
-    for a format OpenCV does not read.
+    for a format OpenCV does not read; ``opencv_16``: the decoder of 16-bit specs where OpenCV's
+    ``IMREAD_ANYDEPTH`` needs a correction to give DALI's values (TIFF's colour -> gray).
     """
 
     dali_cpu: Mapping[str, Any] = field(default_factory=dict)
     dali_gpu: Mapping[str, Any] = field(default_factory=dict)
     opencv: Mapping[str, str] | Callable[..., Any] = field(default_factory=dict)
+    # the fallback's decoder at 16 bits (a spec with a Window), where IMREAD_ANYDEPTH alone is not what
+    # DALI gives: ``decode(bytes, colour) -> uint8 or uint16 array`` (None: IMREAD_ANYDEPTH, fallback.ops.decode_16)
+    opencv_16: Callable[..., Any] | None = None
 
 
 # check(head, size, max_pixels, load, tail): head = the first bytes of a size-byte file, load(end) its
@@ -165,20 +169,20 @@ def over_limit(what: str, width: int, height: int, max_pixels: int) -> str | Non
             f"{max_pixels / 1e6:.1f} MP (raise max_pixels to accept it)")
 
 
-MAX_BIT_DEPTH = 8  # the deepest samples the operations take today (16-bit sources: a declared conversion first)
+MAX_BIT_DEPTH = 16  # the deepest samples served: 12- and 16-bit values reach a spec's Window (dali_backend.core.depth)
 
 
 def depth_refusal(format_name: str, bit_depth: int) -> str | None:
     """Why an image of ``bit_depth`` bits per sample is not served, or None: THE place where a bit depth
-    over 8 is decided (every entry's check and run-time check call it). Measured (issue 34): DALI's
-    ``decoders.image`` and ``cv2.imdecode`` reduce 16-bit PNG and TIFF to 8 bits differently (up to 1
-    level apart), so until a declared conversion (a ``Window`` step) keeps the 16 bits, they are refused.
+    is decided at index time (every entry's check and run-time check call it). Up to 16 bits are
+    indexed; whether a spec keeps them is decided when a sample is served
+    (:func:`dali_backend.core.depth.check_served`: a spec without a ``Window`` refuses a 16-bit image,
+    since DALI's ``decoders.image`` and ``cv2.imdecode`` reduce it to 8 bits differently).
     """
     if bit_depth <= MAX_BIT_DEPTH:
         return None
-    return (f"{bit_depth}-bit {format_name}: the loaders take 8-bit images only for now (the decoders would "
-            f"reduce it to 8 bits differently); convert it to 8-bit, or add a Window(...) conversion once 16-bit "
-            "sources are supported")
+    return (f"{bit_depth}-bit {format_name}: the loaders take up to 16 bits per sample; convert it to 16-bit "
+            "unsigned integers")
 
 
 def indexed_refusal(width: int, height: int, indexed: tuple[int, int] | None) -> str | None:
@@ -291,6 +295,12 @@ def opencv_decode(data: Any, colour: str) -> Any:
         return how(buf, colour)
     out = cv2.imdecode(buf, getattr(cv2, how))
     return out if out is None or colour == "gray" else cv2.cvtColor(out, cv2.COLOR_BGR2RGB)
+
+
+def opencv_decoding_16(data: bytes | memoryview) -> Callable[..., Any] | None:
+    """The fallback's 16-bit decoder of ``data``'s format when it has its own (``Decoding.opencv_16``), else None."""
+    fmt = sniff(data)
+    return None if fmt is None else fmt.decoding.opencv_16
 
 
 def opencv_decoding(data: bytes | memoryview, colour: str) -> str | Callable[..., Any] | None:

@@ -115,10 +115,12 @@ def _refusal(ifd: _Ifd, size: int, max_pixels: int) -> str | None:
     if max(bits) == 1:
         return "1-bit TIFF: DALI's decoder refuses bilevel TIFFs; save it as 8-bit gray"
     refusal = depth_refusal("TIFF", max(bits))
-    if refusal or max(bits) != 8 or min(bits) != 8:
-        return refusal or f"{bits}-bit samples: the decoders read 8-bit TIFF samples; save it as 8-bit"
+    if refusal or max(bits) != min(bits) or max(bits) not in (8, 16):
+        return refusal or f"{bits}-bit samples: the decoders read 8- and 16-bit TIFF samples; save it as 8- or 16-bit"
+    if max(bits) == 16 and ifd.one(284, 1) == 2:  # measured: DALI and OpenCV differ from the second strip on
+        return "16-bit planar TIFF (PlanarConfiguration 2): the decoders read it differently; save it contiguous"
     if ifd.one(339, 1) != 1:
-        return f"TIFF sample format {ifd.one(339, 1)} (signed or float samples): save it as unsigned 8-bit"
+        return f"TIFF sample format {ifd.one(339, 1)} (signed or float samples): save it as unsigned 8- or 16-bit"
     compression = ifd.one(259, 1)
     if compression not in _COMPRESSION:
         return (f"TIFF compression {compression}: the decoders read none, LZW, deflate, PackBits and JPEG alike; "
@@ -162,10 +164,11 @@ def served_refusal(data: bytes | memoryview, indexed: tuple[int, int] | None = N
 
 
 def rgb_to_gray(rgb: np.ndarray) -> np.ndarray:
-    """DALI's RGB -> gray conversion of decoded TIFFs: ``floor(0.299 R + 0.587 G + 0.114 B + 0.5)`` in float32."""
+    """DALI's RGB -> gray conversion of decoded TIFFs: ``floor(0.299 R + 0.587 G + 0.114 B + 0.5)`` in float32
+    (of uint8 or uint16 values: the same formula at 16 bits, measured equal)."""
     f = rgb.astype(np.float32)
     luma = f[..., 0] * np.float32(0.299) + f[..., 1] * np.float32(0.587) + f[..., 2] * np.float32(0.114)
-    return np.floor(luma + np.float32(0.5)).astype(np.uint8)
+    return np.floor(luma + np.float32(0.5)).astype(rgb.dtype)  # uint8, or uint16 for 16-bit specs
 
 
 def decode(buf: np.ndarray, colour: str) -> np.ndarray | None:
@@ -184,6 +187,20 @@ def decode(buf: np.ndarray, colour: str) -> np.ndarray | None:
     return rgb_to_gray(rgb) if colour == "gray" else rgb
 
 
+def decode_16(buf: np.ndarray, colour: str) -> np.ndarray | None:
+    """:func:`decode` at 16 bits (``IMREAD_ANYDEPTH``; 16-bit planar files are refused at index time)."""
+    import cv2
+
+    ifd = _first_ifd(buf)
+    if colour == "gray" and ifd is not None and (_PHOTOMETRIC.get(ifd.one(262, 1)) == 1 or ifd.one(284, 1) == 2):
+        return cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE | cv2.IMREAD_ANYDEPTH)
+    bgr = cv2.imdecode(buf, cv2.IMREAD_COLOR | cv2.IMREAD_ANYDEPTH)
+    if bgr is None:
+        return None
+    rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    return rgb_to_gray(rgb) if colour == "gray" else rgb
+
+
 TIFF = register(ImageFormat(
     name="tiff", magic=MAGIC, extensions=(".tif", ".tiff"), read_header=read_header, check=_check,
-    served_refusal=served_refusal, decoding=Decoding(opencv=decode)))
+    served_refusal=served_refusal, decoding=Decoding(opencv=decode, opencv_16=decode_16)))

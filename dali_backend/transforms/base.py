@@ -116,11 +116,13 @@ class GraphContext:
 
     ``hw``: the image's (height, width) at this point of the graph, Python ints when static, CPU
     nodes otherwise. ``channels``: 1 (gray) or 3. ``gpu``: whether the images live on the GPU.
+    ``bits``: 8 (uint8 images) or 16 (uint16, before the ``Window`` of a 16-bit spec).
     """
 
     gpu: bool
     channels: int
     hw: tuple[Any, Any]
+    bits: int = 8  # the images' bits per value at this point (16 before a Window of a 16-bit spec)
 
 
 def _numbers(value):
@@ -165,7 +167,8 @@ class Transform:
     always lies inside the image, so the DALI decoder may produce it alone), ``CONDITIONALS`` (its DALI
     fragment uses per-sample ``if``), ``TORCHVISION`` (the torchvision class names it reproduces, with
     a ``from_torchvision`` classmethod), ``TOLERANCE`` / ``GPU_TOLERANCE`` (the largest difference its
-    two backends may show on DALI's CPU / GPU operators).
+    two backends may show on DALI's CPU / GPU operators), ``DEPTHS`` (the bits per value it takes:
+    ``(8, 16)`` where it is exact on uint16 images too and may run before a ``Window``).
 
     Targets: the image kernel is :meth:`apply`; a kernel for another input kind (``"mask"``, ...) is
     registered beside it with :func:`register_kernel` and found with :meth:`kernel_for`, as torchvision
@@ -188,6 +191,9 @@ class Transform:
     # The same bound on DALI's GPU operators (their resampling and rounding differ from the CPU's);
     # None: as TOLERANCE. Read by the CLAHE amplification warning (dali_backend.core.amplification).
     GPU_TOLERANCE: ClassVar[int | None] = None
+    # The bits per value the operation takes: (8,) for the 8-bit operations; (8, 16) for those exact on
+    # uint16 values too (they may precede a Window: dali_backend.transforms.intensity); Window: (16,).
+    DEPTHS: ClassVar[tuple[int, ...]] = (8,)
 
     @classmethod
     def gpu_tolerance(cls) -> int | None:

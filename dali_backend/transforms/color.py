@@ -285,6 +285,7 @@ class Grayscale(Transform):
     num_output_channels: int = 1
 
     KIND = "photometric"
+    DEPTHS = (8, 16)  # the decoder's gray (16-bit: DALI's and OpenCV's ANYDEPTH gray agree)
 
     def __post_init__(self):
         if self.num_output_channels not in (1, 3):

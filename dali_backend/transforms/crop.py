@@ -57,6 +57,7 @@ class CenterCrop(_Crop):
 
     EXAMPLES = ("CenterCrop(24)", "CenterCrop((300, 9))")
     TOLERANCE = 0
+    DEPTHS = (8, 16)  # a cut (padded with 0): exact on uint16 too
 
     size: int | tuple[int, int]
 
@@ -92,6 +93,7 @@ class RandomCrop(_Crop):
 
     EXAMPLES = ("RandomCrop(24, padding=4)", "RandomCrop(32, pad_if_needed=True, fill=7)")
     TOLERANCE = 0
+    DEPTHS = (8, 16)  # a cut: exact on uint16 too (``fill`` is then a value of the 16-bit image)
 
     size: int | tuple[int, int]
     padding: int | tuple[int, ...] | None = None

@@ -11,6 +11,7 @@ from .base import Param, Transform, check_probability
 
 class _Flip(Transform):
     KIND = "geometric"
+    DEPTHS = (8, 16)  # moves values, never computes them: exact on uint16 too
     PARAMS = (Param("flip", "int32"),)
     UNIFORMS = 1
     AXIS = 1
@@ -76,6 +77,7 @@ class RandomRot90(Transform):
 
     CONDITIONALS = True
     KIND = "geometric"
+    DEPTHS = (8, 16)  # a transpose and flips: exact on uint16 too
     PARAMS = (Param("transpose", "int32"), Param("hflip", "int32"), Param("vflip", "int32"))
     UNIFORMS = 2
 

@@ -191,7 +191,8 @@ def test_gpu_check_stage_limits_fit_one_device_command():
     assert len(limits) >= 12, limits
     assert sum(limits) <= 480, (limits, sum(limits))
     assert "--transforms" in text and "recipe-dali-gpu" in text and "--junitxml" in text
-    for covered in ("tests/facade/test_host_syncs.py", "its_gpu", "gpu_probe telemetry", "gpu_probe hwjpeg", "dmon -s um"):
+    for covered in ("tests/facade/test_host_syncs.py", "its_gpu", "gpu_probe telemetry", "gpu_probe hwjpeg", "dmon -s um",
+                    "tests/transforms/test_window.py"):
         assert covered in text, covered
 
 

@@ -34,7 +34,8 @@ def op_lists() -> dict[str, list[Transform]]:
     for (label, op) in PIXEL_OPS:
         for sname, sizing in SIZING.items():
             if sizing is not None:
-                lists[f"{sname}>{label}"] = [sizing, op, FINAL]  # op sees the sizing op's (maybe static) size
+                if 8 in op.DEPTHS or 16 in sizing.DEPTHS:  # an 8-bit sizing op before a Window is refused
+                    lists[f"{sname}>{label}"] = [sizing, op, FINAL]  # op sees the sizing op's (maybe static) size
                 if sizing.static_size(None) is not None:
                     lists[f"{label}>{sname}"] = [op, sizing]  # op sees the decoded (per-sample) size
             else:
@@ -197,3 +198,31 @@ def test_the_gpu_clahe_is_the_padded_graph_and_the_cpu_one_the_plain_operator():
 @pytest.mark.parametrize("name", [n for n in sorted(OP_LISTS) if n.startswith(("Resize(h,w)>", "CenterCrop>"))])
 def test_cpu_graph_defines_too(name):
     check_placement(graph_nodes(define_graph(AugmentSpec(ops=OP_LISTS[name]), "cpu")), "cpu")
+
+
+@pytest.mark.parametrize("device", ["gpu", "cpu"])
+@pytest.mark.parametrize("color", ["rgb", "gray"])
+def test_16_bit_specs_decode_to_uint16_and_window_on_the_device(device, color):
+    """A spec with a Window: the decoder gets dtype=UINT16 (on ``mixed`` for the GPU), the Window is a
+    lookup table on the device, and the uint16-exact operations before it run there too."""
+    from nvidia.dali import types
+
+    from dali_backend import Window
+    from dali_backend.transforms import RandomHorizontalFlip, RandomRot90
+
+    for ops in ([RandomHorizontalFlip(), RandomCrop(40), Window(0, 4095), Clahe(), Resize((30, 20))],
+                [CenterCrop(64), RandomRot90(), Window(100, 60000), Clahe()],
+                [RandomCrop(40), Window(percentiles=(0.5, 99.5)), Resize((30, 20))]):
+        spec = AugmentSpec(ops=([Grayscale()] if color == "gray" else []) + ops)
+        pipe = define_graph(spec, device)
+        nodes = graph_nodes(pipe)
+        check_placement(nodes, device)
+        if device == "gpu":
+            check_registered(nodes)
+        decoder = next(i for i in pipe._ops if "decoders__" in str(i.spec).splitlines()[0])
+        assert f"\n    dtype: {int(types.UINT16)}\n" in str(decoder.spec), str(decoder.spec)
+        window = "LookupTable" if ops[-3 if isinstance(ops[-2], Clahe) else -2].percentiles is None else "reductions__Sum"
+        assert any(n["op"].startswith(window) and n["device"] == device for n in nodes), sorted({n["op"] for n in nodes})
+    eight = define_graph(AugmentSpec(ops=[CenterCrop(64), Clahe()]), device)  # an 8-bit spec: the default dtype
+    decoder = next(i for i in eight._ops if "decoders__" in str(i.spec).splitlines()[0])
+    assert f"\n    dtype: {int(types.UINT16)}\n" not in str(decoder.spec)

@@ -1,0 +1,83 @@
+"""Bit depth in the contract: a 16-bit image keeps its values until a declared ``Window``.
+
+Two checks, both typed errors that name the operation and the fix:
+
+* :func:`check_order` (at spec construction): in an operation list holding a ``Window``, every
+  operation before it must be exact on 16-bit values (``Transform.DEPTHS`` holds 16: flips, quarter
+  turns, crops without resampling, ``Grayscale``), and there is one ``Window``;
+* :func:`source_refusal` / :func:`check_served` (when a sample is served): a file whose header declares more than 8 bits
+  per value, under a spec without a ``Window``, would be cut to 8 bits by the decoder (DALI rounds
+  ``x / 257``, OpenCV shifts ``x >> 8``: not even the same 8 bits). It is refused, whatever the spec
+  does after the decode: a spec with no 8-bit operation and no ``Window`` is refused too, since its
+  output stage (uint8, or float scaled from ``x / 255``) is 8-bit.
+
+A spec with a ``Window`` decodes every image at 16 bits; 8-bit files are promoted (``x * 257``, as
+DALI's decoder does), so one dataset may mix 8- and 16-bit files under one window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..errors import ConfigError
+from ..formats.registry import HEAD_BYTES, read_header
+from ..transforms import Transform
+from ..transforms.intensity import Window
+
+FIX_12BIT = "12-bit data stored in 16 bits: Window(0, 4095)"
+
+
+def window_position(ops: Sequence[Transform]) -> int | None:
+    """The position of the ``Window`` in ``ops`` (None: an 8-bit spec)."""
+    found = [k for k, op in enumerate(ops) if isinstance(op, Window)]
+    return found[0] if found else None
+
+
+def check_order(ops: Sequence[Transform]) -> None:
+    """Refuse an operation list that would run an 8-bit operation on 16-bit values (see the module docstring).
+
+    Raises:
+        ConfigError: two Windows, or an operation not exact on uint16 before the Window.
+    """
+    windows = [k for k, op in enumerate(ops) if isinstance(op, Window)]
+    if len(windows) > 1:
+        raise ConfigError("AugmentSpec.ops: more than one Window; the first maps 16 bits to 8, keep one")
+    if not windows:
+        return
+    w = windows[0]
+    early = [type(op).__name__ for op in ops[:w] if op.KIND not in ("output", "batch") and 16 not in op.DEPTHS]
+    if early:
+        raise ConfigError(f"AugmentSpec.ops: {early[0]} runs on 8-bit values and comes before {ops[w]!r}, so it would "
+                          f"see 16-bit values; move {ops[w]!r} before {early[0]} (only flips, quarter turns, "
+                          "CenterCrop, RandomCrop and Grayscale may run on 16-bit values)")
+
+
+def source_refusal(ops: Sequence[Transform], bits: int) -> str | None:
+    """Why a sample of ``bits`` bits per value cannot be served under the operations ``ops``, or None."""
+    if bits <= 8 or window_position(ops) is not None:
+        return None
+    eight = [type(op).__name__ for op in ops
+             if not op.is_identity and op.KIND not in ("output", "batch") and 16 not in op.DEPTHS]
+    if eight:
+        return (f"a {bits}-bit image, and the spec has no Window: {eight[0]} runs on 8-bit values, so the decoder would "
+                f"cut the image to 8 bits; add Window(low=..., high=...) before {eight[0]} ({FIX_12BIT})")
+    return (f"a {bits}-bit image, and the spec has no Window: its output is 8-bit, so the decoder would cut the image "
+            f"to 8 bits; add Window(low=..., high=...) as the last pixel operation ({FIX_12BIT})")
+
+
+def check_served(spec, data, where: str) -> None:
+    """Refuse served encoded ``data`` whose header declares more bits per value than ``spec`` (an
+    :class:`~dali_backend.core.augment.AugmentSpec`) keeps (:meth:`AugmentSpec.depth_refusal`).
+
+    Both backends call it on each sample's bytes before decoding (a header read, ~20 us); a 16-bit
+    spec takes every depth. Not a bad file (``on_error="skip"`` does not replace it): the spec is wrong.
+
+    Raises:
+        ConfigError: naming ``where`` (the file), the operation and the fix.
+    """
+    if spec.bit_depth == 16:
+        return
+    header = read_header(data[:HEAD_BYTES])
+    reason = None if header is None or header.bit_depth <= 8 else spec.depth_refusal(header.bit_depth)
+    if reason:
+        raise ConfigError(f"{where}: {reason}")
