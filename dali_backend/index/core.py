@@ -22,6 +22,7 @@ from .report import headline, summary_text, warn_losses
 from .indexers import indexer_of
 from .persist import fingerprint_of, load_index, save_index
 from .shards import Shards
+from .targets import IndexTargets, from_annotations, from_mvtec, join_targets
 from .update import check_source, source_of
 from .walk import Rejected, _Candidates, _count
 
@@ -51,6 +52,7 @@ class SampleIndex:
             saved before ETags were recorded).
         shards: where packed samples lie (``dali-backend pack``: tar shards, one range read per sample),
             or None for loose files; see :mod:`.shards`.
+        annotations: masks and boxes per sample (:class:`~.targets.IndexTargets`), or None: :meth:`with_targets`.
         storage_options: credentials and settings for a URL root (never saved, printed or
             fingerprinted; pass them again to :meth:`load`).
         store: the root's store (:mod:`dali_backend.storage.stores`: a ``LocalStore`` for a folder), which
@@ -61,15 +63,16 @@ class SampleIndex:
     """
 
     __slots__ = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected",
-                 "ignored", "ignored_files", "etags", "storage_options", "shards", "fingerprint", "source",
-                 "__weakref__")
+                 "ignored", "ignored_files", "etags", "storage_options", "shards", "annotations", "fingerprint",
+                 "source", "__weakref__")
 
     def __init__(self, root: str | os.PathLike, paths: StringTable, labels: NDArray[np.int64],
                  classes: Sequence[str], sizes: NDArray[np.int64], mtimes: NDArray[np.int64],
                  widths: NDArray[np.int32], heights: NDArray[np.int32],
                  rejected: Iterable[Rejected] = (), ignored: Mapping[str, int] | None = None,
                  ignored_files: Iterable[Rejected] = (), etags: StringTable | None = None,
-                 storage_options: Mapping | None = None, shards: Shards | None = None, source: Mapping | None = None):
+                 storage_options: Mapping | None = None, shards: Shards | None = None, source: Mapping | None = None,
+                 annotations: IndexTargets | None = None):
         n = len(paths)
         if shards is not None and len(shards) != n:
             raise ConfigError(f"SampleIndex: shards place {_count(len(shards), 'sample')} for {_count(n, 'path')}")
@@ -102,6 +105,7 @@ class SampleIndex:
         sa(self, "etags", etags)
         sa(self, "storage_options", dict(storage_options) if storage_options else None)
         sa(self, "shards", shards)
+        sa(self, "annotations", annotations)
         sa(self, "fingerprint", self._compute_fingerprint())
         sa(self, "source", check_source(source))
 
@@ -195,7 +199,7 @@ class SampleIndex:
     def from_folder(cls, root: str | os.PathLike, split: str | None = None, *, classes: Sequence[str] | None = None,
                     verify: Verify = "header", max_pixels: int = DEFAULT_MAX_PIXELS,
                     allow_outside_symlinks: bool = False, workers: int = 8, progress: bool | None = None,
-                    storage_options: Mapping | None = None) -> SampleIndex:
+                    storage_options: Mapping | None = None, targets: Mapping | None = None) -> SampleIndex:
         """Index ``root/<class>/**/*.jpg`` (or ``root/<split>/<class>/**`` when ``split`` is given).
 
         Args:
@@ -221,6 +225,7 @@ class SampleIndex:
             progress: show a progress bar (None: when stderr is a terminal).
             storage_options: for a URL root: credentials, endpoint and request settings (see
                 :mod:`dali_backend.storage.client`); kept in memory for the loaders, never saved.
+            targets: masks and/or boxes per image (a table of :mod:`dali_backend.targets`): :meth:`with_targets`.
 
         Class folders whose names differ only in case or Unicode normalisation (``Dent`` and
         ``dent``; ``café`` precomposed and decomposed, e.g. one copied from macOS) are refused, not
@@ -234,8 +239,9 @@ class SampleIndex:
         source = source_of("folder", split=split, classes=classes, allow_outside_symlinks=allow_outside_symlinks,
                            verify=verify, max_pixels=max_pixels)
         how = indexer_of(root, storage_options)
-        return cls._checked(how, how.folder(split, classes, allow_outside_symlinks), verify, max_pixels, workers,
-                            progress, source)
+        index = cls._checked(how, how.folder(split, classes, allow_outside_symlinks), verify, max_pixels, workers,
+                             progress, source)
+        return index if targets is None else index.with_targets(targets)
 
     @classmethod
     def from_keywords(cls, root: str | os.PathLike, rules: Mapping[str, Sequence[str]] | KeywordRules = DEFAULT_KEYWORDS,
@@ -265,7 +271,7 @@ class SampleIndex:
                       max_pixels: int = DEFAULT_MAX_PIXELS, workers: int = 8, progress: bool | None = None,
                       path_column: str | None = None, label_column: str | None = None,
                       split_column: str | None = None, encoding: str | None = None,
-                      storage_options: Mapping | None = None) -> SampleIndex:
+                      storage_options: Mapping | None = None, targets: Mapping | None = None) -> SampleIndex:
         """Index the files listed in a manifest.
 
         Args:
@@ -302,13 +308,31 @@ class SampleIndex:
         really be named `` lead.jpg``), else without them (``a.jpg, ok``). Labels are stripped;
         labels that differ only in case or Unicode normalisation (``Dent`` and ``dent``) are an
         error unless ``classes=`` names both. A CSV error (an unclosed quote) names its line.
+        ``targets``: masks and/or boxes per image, as :meth:`with_targets`.
         """
         source = source_of("manifest", manifest=os.path.abspath(path), split=split, classes=classes,
                            path_column=path_column, label_column=label_column, split_column=split_column,
                            encoding=encoding, verify=verify, max_pixels=max_pixels)
         how = indexer_of(root, storage_options)
         built = how.manifest(path, split, classes, path_column, label_column, split_column, encoding)
-        return cls._checked(how, built, verify, max_pixels, workers, progress, source)
+        index = cls._checked(how, built, verify, max_pixels, workers, progress, source)
+        return index if targets is None else index.with_targets(targets)
+
+    @classmethod
+    def from_mvtec(cls, root: str | os.PathLike, category: str, split: str = "test", **options) -> SampleIndex:
+        """One MVTec AD category's split with its masks: :func:`dali_backend.index.targets.from_mvtec`."""
+        return from_mvtec(cls, root, category, split, **options)
+
+    @classmethod
+    def from_annotations(cls, root: str | os.PathLike, targets: Mapping, **options) -> SampleIndex:
+        """The images a box table names, no class folders: :func:`dali_backend.index.targets.from_annotations`."""
+        return from_annotations(cls, root, targets, **options)
+
+    def with_targets(self, targets: Mapping, num_classes: int = 2, binary: bool = False) -> SampleIndex:
+        """This index with each sample's mask file and boxes from a reader's table (saved, fingerprinted,
+        checked and updated like the images): :func:`dali_backend.index.targets.join_targets`."""
+        state = {name: getattr(self, name) for name in _STATE_SLOTS if name not in ("fingerprint", "root", "_paths")}
+        return SampleIndex(self.root, self._paths, **{**state, "annotations": join_targets(self, targets, num_classes, binary)})
 
     @classmethod
     def _checked(cls, how, built: tuple, verify: Verify, max_pixels: int, workers: int, progress: bool | None,
@@ -366,7 +390,8 @@ class SampleIndex:
         return SampleIndex(self.root, self._paths.take(pos), self.labels[pos], self.classes, self.sizes[pos],
                            self.mtimes[pos], self.widths[pos], self.heights[pos], self.rejected, self.ignored,
                            self.ignored_files, None if self.etags is None else self.etags.take(pos),
-                           self.storage_options, None if self.shards is None else self.shards.take(pos))
+                           self.storage_options, None if self.shards is None else self.shards.take(pos),
+                           annotations=None if self.annotations is None else self.annotations.take(pos))
 
     def split(self, val_fraction: float, seed: int = 0, *, stratify: bool = False) -> tuple[SampleIndex, SampleIndex]:
         """Split into ``(train, val)`` deterministically.
@@ -409,8 +434,9 @@ class SampleIndex:
         """
         if self.shards is not None:  # packed: the shards are the files
             return self.shards.changed(self.root, self.bucket())
+        masks = [] if self.annotations is None else self.annotations.changed(self.root)
         return self.store.changed(self._paths, self.sizes, self.mtimes, self.etags,
-                                  range(len(self)) if positions is None else positions)
+                                  range(len(self)) if positions is None else positions) + masks
 
     # ----------------------------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike) -> None:
@@ -452,10 +478,8 @@ class SampleIndex:
         return load_index(cls, path, root, check, storage_options)
 
 
-
-
 _STATE_SLOTS = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected", "ignored",
-                "ignored_files", "etags", "storage_options", "shards", "fingerprint", "source")
+                "ignored_files", "etags", "storage_options", "shards", "fingerprint", "source", "annotations")
 
 
 def _restore_index(values: tuple) -> SampleIndex:

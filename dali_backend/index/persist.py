@@ -16,7 +16,24 @@ from ..util.strings import StringTable
 from .options import FORMAT_NAME, FORMAT_VERSION, _capped
 from .shards import check_meta_shards, shards_from_arrays
 from .store import check_meta, damaged, read_index_arrays, write_atomic
+from .targets import ARRAYS, IndexTargets
 from .walk import Rejected
+
+
+def targets_from_saved(path, arrays, meta: dict, n: int) -> IndexTargets | None:
+    """The saved targets of an index file of ``n`` samples, or None; a damaged part is an IndexFileError."""
+    names = [f"target_{k}" for k in ARRAYS]
+    if ("targets" in meta) != (names[0] in arrays) or any((k in arrays) != (names[0] in arrays) for k in names):
+        raise damaged(path, "its target arrays and target metadata do not come together")
+    if "targets" not in meta:
+        return None
+    try:
+        targets = IndexTargets.from_saved(arrays, meta["targets"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise damaged(path, f"its targets are inconsistent ({e})") from None
+    if len(targets) != n:
+        raise damaged(path, f"targets for {len(targets)} samples, the index has {n}")
+    return targets
 
 
 def save_index(index, path: str | os.PathLike) -> None:
@@ -31,6 +48,10 @@ def save_index(index, path: str | os.PathLike) -> None:
               "meta": np.frombuffer(json.dumps(meta).encode("ascii"), dtype=np.uint8)}
     if index.etags is not None:  # storage_options are never saved: credentials stay out of index files
         arrays.update(etag_data=index.etags.data, etag_offsets=index.etags.offsets)
+    if index.annotations is not None:  # optional: an index without targets keeps its format
+        arrays.update(index.annotations.arrays())
+        meta["targets"] = index.annotations.meta()
+        arrays["meta"] = np.frombuffer(json.dumps(meta).encode("ascii"), dtype=np.uint8)
     if index.shards is not None:
         arrays.update(shard_ids=index.shards.ids, shard_offsets=index.shards.offsets)
         meta["shards"] = index.shards.meta()
@@ -73,11 +94,12 @@ def load_index(cls, path: str | os.PathLike, root, check: str, storage_options: 
             if not check_meta_shards(meta["shards"]):
                 raise damaged(path, "metadata field 'shards' is not a list of [name, size(, mtime, md5)] rows")
             shards = shards_from_arrays(meta["shards"], arrays["shard_ids"], arrays["shard_offsets"])
+        annotations = targets_from_saved(path, arrays, meta, n)
         index = cls(root if root is not None else meta["root"], StringTable(data, offsets), arrays["labels"],
                     meta["classes"], arrays["sizes"], arrays["mtimes"], arrays["widths"], arrays["heights"],
                     [Rejected(p, r) for p, r in meta["rejected"]], meta["ignored"],
                     [Rejected(p, r) for p, r in meta.get("ignored_files", [])], etags, storage_options, shards,
-                    meta.get("source"))
+                    meta.get("source"), annotations)
     except ValueError as e:  # ConfigError: labels out of range, duplicate class names
         raise damaged(path, str(e)) from None
     if index.fingerprint != meta["fingerprint"]:
@@ -106,6 +128,8 @@ def fingerprint_of(index) -> str:
         h.update(b"etags")
         for a in (index.etags.offsets, index.etags.data):
             h.update(np.ascontiguousarray(a).tobytes())
+    if index.annotations is not None:  # indexes without targets keep the fingerprint they always had
+        index.annotations.digest(h)
     if index.shards is not None:
         h.update(json.dumps(index.shards.meta()).encode())
         for a in (index.shards.ids, index.shards.offsets):

@@ -109,7 +109,11 @@ def damaged(path: str | os.PathLike, what: str) -> IndexFileError:
 
 # Arrays an index file may hold or not: each object's ETag (a URL root), a string table like the paths.
 # Files written before they existed load without them.
-_OPTIONAL_ARRAYS = {"etag_data": np.uint8, "etag_offsets": np.int64, "shard_ids": np.int64, "shard_offsets": np.int64}
+_OPTIONAL_ARRAYS = {"etag_data": np.uint8, "etag_offsets": np.int64, "shard_ids": np.int64, "shard_offsets": np.int64,
+                   # targets (masks and boxes, index.targets), checked against each other when read
+                   "target_mask_data": np.uint8, "target_mask_offsets": np.int64, "target_mask_sizes": np.int64,
+                   "target_mask_mtimes": np.int64, "target_box_offsets": np.int64, "target_boxes": np.float32,
+                   "target_box_labels": np.int64}
 
 
 # Inflated, a saved index's arrays together may hold at most this many times the file's size (save()
@@ -165,7 +169,7 @@ def read_index_arrays(path: str | os.PathLike) -> dict[str, NDArray]:
 
 def _read_header(path: str | os.PathLike, zf: zipfile.ZipFile, members: Mapping[str, zipfile.ZipInfo], name: str,
                  dtype: type) -> _Declared:
-    """The ``.npy`` header of array ``name``: a 1-D integer array of ``dtype``'s width, filling its member."""
+    """The ``.npy`` header of array ``name``: a 1-D array of ``dtype``'s kind and width, filling its member."""
     info = members.get(f"{name}.npy")
     if info is None:
         raise damaged(path, f"no {name!r} array; not a SampleIndex file (members: {_capped(sorted(members), sep=', ')})")
@@ -178,7 +182,8 @@ def _read_header(path: str | os.PathLike, zf: zipfile.ZipFile, members: Mapping[
         else:
             raise damaged(path, f"array {name!r} has .npy format version {version}")
         offset = m.tell()
-    if len(shape) != 1 or shape[0] < 0 or dt.kind not in "iu" or dt.itemsize != np.dtype(dtype).itemsize:
+    kinds = "f" if np.dtype(dtype).kind == "f" else "iu"  # box coordinates are the one float array
+    if len(shape) != 1 or shape[0] < 0 or dt.kind not in kinds or dt.itemsize != np.dtype(dtype).itemsize:
         raise damaged(path, f"array {name!r} is {dt} of shape {shape}; expected a 1-D {np.dtype(dtype)} array")
     declared = _Declared(int(shape[0]), dt, offset)
     held = info.file_size - offset

@@ -38,6 +38,7 @@ from ..formats.jpeg import DEFAULT_MAX_PIXELS
 from ..util.strings import StringTable
 from .indexers import indexer_of
 from .report import _nothing_indexed
+from .targets import again as targets_again
 from .walk import Rejected
 
 log = logging.getLogger("dali_backend")
@@ -107,6 +108,8 @@ def update_index(index, *, workers: int = 8, progress: bool | None = None) -> tu
     new = type(index)(root, StringTable.from_strings(cand.paths[i] for i in kept.tolist()), labels[kept], classes,
                       cols[kept, 0], cols[kept, 1], cols[kept, 2], cols[kept, 3], rejected, cand.ignored,
                       sorted(cand.ignored_files, key=lambda r: r.path), source=source, **extra(kept.tolist()))
+    if index.annotations is not None:  # the targets' readers again: new images get theirs, changed masks re-checked
+        new = targets_again(new, index.annotations)
     present = int((old[kept] >= 0).sum())
     rechecked = int((read[kept] & (old[kept] >= 0)).sum())
     report = UpdateReport(unchanged=present - rechecked, added=len(kept) - present, rechecked=rechecked,

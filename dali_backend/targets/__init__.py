@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .boxes import read_box_csv, read_coco, read_voc, read_yolo
 from .masks import check_mask, load_mask, mvtec_masks, suffix_masks
-from .records import ImageTargets, check_boxes, merge_sources
+from .records import ImageTargets, TargetTable, check_boxes, merge_sources
 
-__all__ = ["ImageTargets", "check_boxes", "merge_sources", "read_coco", "read_yolo", "read_voc", "read_box_csv",
+__all__ = ["ImageTargets", "TargetTable", "check_boxes", "merge_sources", "read_coco", "read_yolo", "read_voc", "read_box_csv",
            "mvtec_masks", "suffix_masks", "check_mask", "load_mask"]
