@@ -31,6 +31,7 @@ from ..core.boundary import Batch, Executor
 from .executors import ExecutorSettings, executor_kind
 from .changes import DataChangesMixin
 from .clipbatches import ClipBatchesMixin, _sizes
+from .targetbatches import target_batch
 from .epochs import Passes
 from ..errors import ConfigError, ExecutorFailed, LoaderClosedError, StaleIteratorError
 from ..core.reading import check_on_error
@@ -387,6 +388,8 @@ class DaliLoader(DataChangesMixin, ClipBatchesMixin):
             images, labels = self.batch_transform(images, labels)
         meta = self._passes.batch_meta(batch, per_draw) if self.return_meta else None
         self._passes.account(batch.planned, batch.served, batch.positions)
+        if batch.masks is not None or batch.boxes is not None:  # an index with targets: one dict per batch
+            return target_batch(images, labels, batch, meta)
         return (images, labels, *_sizes(batch.sizes)) + (() if meta is None else (meta,))
 
     def _run(self, epoch: int, rows: np.ndarray):
