@@ -31,7 +31,7 @@ from ..core.boundary import Batch, Executor
 from .executors import ExecutorSettings, executor_kind
 from .changes import DataChangesMixin
 from .clipbatches import ClipBatchesMixin, _sizes
-from .targetbatches import target_batch
+from .targetbatches import refuse_clip_targets, target_batch
 from .epochs import Passes
 from ..errors import ConfigError, ExecutorFailed, LoaderClosedError, StaleIteratorError
 from ..core.reading import check_on_error
@@ -382,6 +382,7 @@ class DaliLoader(DataChangesMixin, ClipBatchesMixin):
         if self._telemetry is not None:
             batch.stages["normalize"] = batch.stages.get("normalize", 0.0) + time.perf_counter() - t0
         if self._plan.clips:
+            refuse_clip_targets(batch)  # per-frame masks of clips: not yet
             return self._clip_output(batch, images, per_draw)
         labels = batch.labels
         if self.batch_transform is not None:

@@ -14,6 +14,15 @@ from __future__ import annotations
 import torch
 
 from ..core.boundary import Batch
+from ..errors import ConfigError
+
+
+def refuse_clip_targets(batch: Batch) -> None:
+    """Clips (a ClipSampler) over an index with targets are not supported yet: refused, never dropped."""
+    if batch.masks is not None or batch.boxes is not None:
+        raise ConfigError("DaliLoader: a ClipSampler over an index with targets (masks or boxes): per-frame targets "
+                          "of clips are not supported yet; sample single images (the default sampler or a "
+                          "WeightedSampler), or index the frames without targets=")
 
 
 def target_batch(images: torch.Tensor, labels: torch.Tensor, batch: Batch, meta: dict | None) -> dict:

@@ -79,3 +79,24 @@ def test_masks_are_padded_with_the_images_and_their_sizes(mvtec_index):
         assert b["mask"].shape[2:] == b["image"].shape[2:] and b["sizes"].shape == (3, 2)
         for k, (h, w) in enumerate(b["sizes"].tolist()):
             assert not b["mask"][k, :, h:].any() and not b["mask"][k, :, :, w:].any()
+
+
+def test_masks_are_served_with_a_cache_dir(mvtec_index, tmp_path):
+    spec = AugmentSpec(ops=[T.Resize((24, 32))], color="rgb")
+    ds = ImageDataset(mvtec_index, spec, cache_dir=tmp_path / "cache")
+    cold = list(DaliLoader(ds, batch_size=3, backend="torch"))
+    warm = list(DaliLoader(ImageDataset(mvtec_index, spec, cache_dir=tmp_path / "cache"), batch_size=3, backend="torch"))
+    plain = batches(mvtec_index, spec)
+    for a, b, c in zip(cold, warm, plain):
+        assert torch.equal(a["mask"], c["mask"]) and torch.equal(b["mask"], c["mask"])
+
+
+def test_clips_over_an_index_with_targets_are_refused_not_dropped(mvtec_index):
+    from dali_backend import ClipSampler, ConfigError, Sequences
+
+    sampler = ClipSampler(Sequences.from_index(mvtec_index), clip_len=2, step=2, seed=0)
+    loader = DaliLoader(ImageDataset(mvtec_index, AugmentSpec(ops=[T.Resize((24, 32))], color="rgb")), batch_size=2,
+                        sampler=sampler, backend="torch")
+    with pytest.raises(ConfigError, match="per-frame targets of clips are not supported yet"):
+        next(iter(loader))
+    loader.close()

@@ -85,3 +85,31 @@ def test_every_moved_defect_pixel_lies_in_a_moved_box(det_index, backend):
             for x1, y1, x2, y2 in boxes.tolist():
                 inside |= (cx >= x1 - 1) & (cx <= x2 + 1) & (cy >= y1 - 1) & (cy <= y2 + 1)
             assert inside.all(), (k, int((~inside).sum()), boxes)
+
+
+RECIPES = {
+    "letterbox+pad_batch": dict(ops=[T.Resize((72, 96), letterbox=True), T.RandomVerticalFlip(0.5)]),
+    "crop with padding+rot90": dict(ops=[T.RandomCrop(100, padding=12), T.RandomRot90(), T.Resize((64, 64))]),
+    "resize short side, padded batch": dict(ops=[T.Resize(60, max_size=90), T.RandomRotation(30)], pad_batch=16),
+    "centre crop+affine+colour": dict(ops=[T.CenterCrop((96, 120)), T.RandomAffine(20, scale=(0.7, 1.3), shear=10),
+                                           T.ColorJitter(0.4, 0.4)]),
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_each_mask_step_is_equal_on_both_backends(mvtec_index, det_index, recipe):
+    """Every kind of DALI mask step (resize, warp: translation, flip, quarter turn, rotation, affine;
+    letterbox and crop padding; padded batches) against the fallback's kernels."""
+    pytest.importorskip("nvidia.dali")
+    spec = AugmentSpec(color="rgb", dtype="uint8", **RECIPES[recipe])
+    for index in (mvtec_index, det_index):
+        a, b = (list(DaliLoader(ImageDataset(index, spec, seed=5), batch_size=4, backend=backend))
+                for backend in ("torch", "dali"))
+        for x, y in zip(a, b):
+            assert torch.equal(x["label"], y["label"].cpu())
+            if "mask" in x:
+                assert x["mask"].shape == y["mask"].shape and torch.equal(x["mask"], y["mask"].cpu()), recipe
+            if "sizes" in x:
+                assert torch.equal(x["sizes"], y["sizes"])
+            for p, q in zip(x.get("boxes", ()), y.get("boxes", ())):
+                assert p.shape == q.shape and torch.allclose(p, q, atol=1e-3, rtol=0), recipe
