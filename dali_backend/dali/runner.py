@@ -221,6 +221,8 @@ class _DaliRunner:
     interruption at an unknown point); the loader then builds a new runner for the next batch or pass.
     """
 
+    kinds: tuple[str, ...] = ()  # the index's targets the batches carry ("masks", "boxes"; dali.targetgraph)
+
     def __init__(self, samples: SampleSet, batch_size: int, gpu: bool, device_id: int | None, num_workers: int,
                  prefetch_queue_depth: int, hw_decoder_load: float, py_start_method: str | None, on_error: str,
                  timeout: float = 0.0, worker_init_fn=None, with_params: bool = False, clips=None):
@@ -458,7 +460,8 @@ class _DaliRunner:
             m = self.samples.spec.pad_batch
             h, w = (-(-sizes[good].max(axis=0, initial=1) // m) * m).tolist() if good.any() else (m, m)
             images = images[:, :, :h, :w]
-        targets = batch_targets(self.ring, self.kinds, out, keep, rows, good, None if sizes is None else (h, w))
+        targets = batch_targets(self.ring, self.kinds, out, keep, rows, good, None if sizes is None else (h, w)) \
+            if self.kinds else {}
         return Batch(images=images, labels=labels, planned=rows[:, Col.INDEX], served=served,
                      positions=rows[:, Col.POSITION], epochs=rows[:, Col.EPOCH], params=params, bad=bad,
                      stages={"read": read_s}, in_flight=len(self._queue), sizes=sizes, **targets)

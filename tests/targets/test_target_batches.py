@@ -12,24 +12,20 @@ import torch
 
 from dali_backend import AugmentSpec, DaliLoader
 from dali_backend import transforms as T
-from dali_backend.core.defects import generate_detection, generate_mvtec
 from dali_backend.facade.targetbatches import pad_boxes
-from dali_backend.index import SampleIndex
-from dali_backend.targets import read_coco
 from dali_backend.transforms.targets import BoxPolicy
 from fallback.dataset import ImageDataset
+from tests.helpers.targets import detection_index_at, mvtec_index_at
 
 
 @pytest.fixture(scope="module")
 def mvtec_index(tmp_path_factory):
-    root = generate_mvtec(tmp_path_factory.mktemp("mv"), n_train=2, n_good=2, n_defect=2, size=(64, 48))
-    return SampleIndex.from_mvtec(root, "plate", "test")
+    return mvtec_index_at(tmp_path_factory.mktemp("mv"), (64, 48))
 
 
 @pytest.fixture(scope="module")
 def det_index(tmp_path_factory):
-    out = tmp_path_factory.mktemp("det")
-    return SampleIndex.from_annotations(out, read_coco(generate_detection(out, n=6, size=(64, 48)), out))
+    return detection_index_at(tmp_path_factory.mktemp("det"), (64, 48), n=6)
 
 
 def batches(index, spec, **kw):

@@ -17,10 +17,8 @@ import torch
 
 from dali_backend import AugmentSpec, DaliLoader
 from dali_backend import transforms as T
-from dali_backend.core.defects import generate_detection, generate_mvtec
-from dali_backend.index import SampleIndex
-from dali_backend.targets import read_coco
 from fallback.dataset import ImageDataset
+from tests.helpers.targets import detection_index_at, mvtec_index_at
 
 BACKENDS = ["torch", "dali"]
 RECIPE = [T.RandomResizedCrop(224, scale=(0.6, 1.0)), T.RandomHorizontalFlip(), T.RandomRotation(15),
@@ -29,14 +27,12 @@ RECIPE = [T.RandomResizedCrop(224, scale=(0.6, 1.0)), T.RandomHorizontalFlip(), 
 
 @pytest.fixture(scope="module")
 def mvtec_index(tmp_path_factory):
-    root = generate_mvtec(tmp_path_factory.mktemp("mv"), n_train=1, n_good=2, n_defect=5, size=(160, 128))
-    return SampleIndex.from_mvtec(root, "plate", "test")
+    return mvtec_index_at(tmp_path_factory.mktemp("mv"), (160, 128), n_defect=5)
 
 
 @pytest.fixture(scope="module")
 def det_index(tmp_path_factory):
-    out = tmp_path_factory.mktemp("det")
-    return SampleIndex.from_annotations(out, read_coco(generate_detection(out, n=8, size=(160, 128)), out))
+    return detection_index_at(tmp_path_factory.mktemp("det"), (160, 128), n=8)
 
 
 def defect_pixels(images: torch.Tensor) -> torch.Tensor:
