@@ -184,7 +184,8 @@ class SampleIndex:
         return np.bincount(self.labels, minlength=len(self.classes)).astype(np.int64)
 
     def summary(self) -> str:
-        """Counts per class, then every rejected file with its reason and every ignored file, grouped by reason.
+        """Counts per class and per format and bit depth, then every rejected file with its reason and every ignored
+        file, grouped by reason.
 
         The first line is the one logged when the index is built (counts and a few examples); the
         lines after it list every rejected file under its kind of reason (a file rejected several
