@@ -177,3 +177,13 @@ def choose_workers(make_loader, dataset, batch_size: int, backend: str,
     cache[key] = entry
     _write_cache(cache)
     return chosen, {**entry, "cached": False}
+
+
+def tune_workers(loader_class, dataset, batch_size: int, backend: str, **kwargs) -> tuple[int, dict]:
+    """``num_workers="auto"``: :func:`choose_workers` with temporary ``loader_class(dataset, batch_size,
+    sampler=..., num_workers=..., **kwargs)`` loaders like the one being made."""
+
+    def make_loader(workers: int, sampler):
+        return loader_class(dataset, batch_size, sampler=sampler, num_workers=workers, **kwargs)
+
+    return choose_workers(make_loader, dataset, batch_size, backend)
