@@ -179,11 +179,11 @@ def choose_workers(make_loader, dataset, batch_size: int, backend: str,
     return chosen, {**entry, "cached": False}
 
 
-def tune_workers(loader_class, dataset, batch_size: int, backend: str, **kwargs) -> tuple[int, dict]:
+def tune_workers(loader_class, dataset, batch_size: int, chosen: str, **kwargs) -> tuple[int, dict]:
     """``num_workers="auto"``: :func:`choose_workers` with temporary ``loader_class(dataset, batch_size,
-    sampler=..., num_workers=..., **kwargs)`` loaders like the one being made."""
+    sampler=..., num_workers=..., **kwargs)`` loaders like the one being made, on the ``chosen`` backend."""
 
     def make_loader(workers: int, sampler):
         return loader_class(dataset, batch_size, sampler=sampler, num_workers=workers, **kwargs)
 
-    return choose_workers(make_loader, dataset, batch_size, backend)
+    return choose_workers(make_loader, dataset, batch_size, chosen)
