@@ -94,10 +94,10 @@ def available_backends() -> list[str]:
     """The loaders this machine runs: the fallback, DALI's CPU graph when DALI imports, its GPU one with CUDA."""
     import torch
 
-    from dali_backend.dali.devices import _dali_importable
+    from dali_backend.dali.devices import dali_importable
 
     names = ["torch"]
-    if not _dali_importable():
+    if not dali_importable():
         names.append("dali-cpu")
         if torch.cuda.device_count():
             names.append("dali-gpu")

@@ -9,7 +9,7 @@ from pathlib import Path
 import logging
 import warnings
 
-from .cliargs import _shown, load_data
+from .cliargs import printable, load_data
 from ..errors import FallbackWarning, OutputFileError
 from ..index import write_atomic
 
@@ -102,20 +102,25 @@ def letterbox_tile(img, width: int, height: int, fill: int = 48):
     return tile
 
 
+def is_crop(op) -> bool:
+    """Whether ``op`` crops a window of its input (the crops of :mod:`dali_backend.transforms.crop` say
+    which: ``window(params)``)."""
+    return callable(getattr(op, "window", None))
+
+
 def crop_windows(spec, params: list[dict], size: tuple[int, int]) -> list[tuple[str, tuple[float, float, float, float]]]:
     """Each crop's window of one draw in the *original* image's pixels: ``[(op name, (top, left, h, w))]``.
 
     Windows are traced back through the operations before them while those only resize (exact or
     shorter side) or change values; after a flip, turn, rotation or letterbox the trace stops (a
     rectangle would no longer be a rectangle of the original), and later crops are not drawn."""
-    from ..transforms.crop import _Crop
     from ..transforms.resize import Resize
 
     out = []
     top, left, sy, sx = 0.0, 0.0, 1.0, 1.0  # the current frame's pixel (y, x) = (top + sy*y, left + sx*x)
     h, w = size
     for op, p in zip(spec.transforms, params, strict=True):
-        if isinstance(op, _Crop):
+        if is_crop(op):
             t, l, ch, cw = op.window(p)
             out.append((type(op).__name__, (top + sy * t, left + sx * l, sy * ch, sx * cw)))
             nh, nw = op.output_size((h, w), p)
@@ -143,10 +148,10 @@ def cmd_preview(args) -> int:
     ImageDataset, ops = own("fallback.dataset").ImageDataset, own("fallback.ops")
 
     from ..core.augment import AugmentSpec
-    from ..dali.devices import _dali_importable
+    from ..dali.devices import dali_importable
+    from ..facade.executors import Engine
     from ..facade.loader import DaliLoader
     from ..sampling.sampler import WeightedSampler
-    from ..transforms.crop import _Crop as _CropOp
 
     index = load_data(args.data, args.root, args.no_check)
     not_shown = []
@@ -161,7 +166,7 @@ def cmd_preview(args) -> int:
     fallback = [ds.load_uint8(d)[0] for d in draws]
     columns = ["original", "fallback"]
     dali_imgs = None
-    why_not = _dali_importable() if args.backend != "torch" else "--backend torch"
+    why_not = dali_importable() if args.backend != Engine.TORCH else "--backend torch"
     if why_not is None:
         with warnings.catch_warnings():  # the column header names the backend that ran
             warnings.simplefilter("ignore", FallbackWarning)
@@ -202,7 +207,7 @@ def cmd_preview(args) -> int:
     _text(recipe, "ops: " + " > ".join(repr(op) if len(spec.transforms) < 3 else type(op).__name__
                                       for op in spec.transforms)
           + (f"  (not shown: {', '.join(not_shown)}; pixels before normalisation)" if not_shown else "")
-          + ("  red: crop window on the original" if any(isinstance(op, _CropOp) for op in spec.transforms) else ""),
+          + ("  red: crop window on the original" if any(is_crop(op) for op in spec.transforms) else ""),
           4, 13, width - 8, 0.4)
     head = np.full((22, width, 3), 255, np.uint8)
     for c, name in enumerate(columns):
@@ -217,5 +222,5 @@ def cmd_preview(args) -> int:
     grid = np.vstack([*parts, *rows, _histogram(index.classes, counts, width, max(120, th // 2))])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     _write_image(args.out, grid)
-    print(_shown(f"preview of {len(draws)} draws ({', '.join(columns)}) written to {args.out}"))
+    print(printable(f"preview of {len(draws)} draws ({', '.join(columns)}) written to {args.out}"))
     return 0

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from . import accelerate_state
-from .arguments import Backend, _check_numbers, _refuse_arguments, _warn_unused, announce_backend, choose_backend
+from .arguments import Backend, check_numbers, refuse_arguments, warn_unused, announce_backend, choose_backend
 from ..core.boundary import Batch, Executor
 from .executors import ExecutorSettings, executor_kind
 from .changes import DataChanges
@@ -154,8 +154,8 @@ class DaliLoader:
                  py_start_method: str | None = None, on_error: str | None = None, return_meta: bool = False,
                  batch_transform=None, telemetry: bool = True):
         shuffle = bool(shuffle)
-        _refuse_arguments(dataset, sampler, shuffle, batch_sampler, collate_fn, worker_init_fn, batch_transform)
-        _check_numbers(batch_size=batch_size, num_workers=num_workers, prefetch_factor=prefetch_factor,
+        refuse_arguments(dataset, sampler, shuffle, batch_sampler, collate_fn, worker_init_fn, batch_transform)
+        check_numbers(batch_size=batch_size, num_workers=num_workers, prefetch_factor=prefetch_factor,
                        prefetch_queue_depth=prefetch_queue_depth, hw_decoder_load=hw_decoder_load, timeout=timeout)
         # the traversal, one object per sampler kind (facade.plans); checked before any worker starts
         plan = make_plan(sampler, dataset, int(batch_size)) if sampler is not None else None
@@ -175,7 +175,7 @@ class DaliLoader:
         kind = executor_kind(self.backend)  # the one place the executor is chosen (facade.executors)
         context = multiprocessing_context
         context_method = context if isinstance(context, str) or context is None else context.get_start_method()
-        _warn_unused(self.backend, num_workers, pin_memory=pin_memory, pin_memory_device=pin_memory_device,
+        warn_unused(self.backend, num_workers, pin_memory=pin_memory, pin_memory_device=pin_memory_device,
                      hw_decoder_load=hw_decoder_load, prefetch_queue_depth=prefetch_queue_depth,
                      prefetch_factor=prefetch_factor, py_start_method=py_start_method, in_order=in_order,
                      multiprocessing_context=context_method)

@@ -100,10 +100,10 @@ def test_the_guard_sees_a_blocking_copy(monkeypatch):
 
 
 def runner_on(device: torch.device, labels: np.ndarray):
-    """A DALI runner without a pipeline, for its per-batch step :meth:`_DaliRunner._batch`."""
-    from dali_backend.dali.runner import _DaliRunner
+    """A DALI runner without a pipeline, for its per-batch step :meth:`DaliRunner._batch`."""
+    from dali_backend.dali.runner import DaliRunner
 
-    runner = object.__new__(_DaliRunner)
+    runner = object.__new__(DaliRunner)
     index = SimpleNamespace(labels=labels)
     runner.__dict__.update(samples=SimpleNamespace(index=index, spec=SimpleNamespace(pad_batch=None)),
                            with_params=False, clip_len=None, device=device, _queue=deque())
