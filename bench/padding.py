@@ -76,7 +76,7 @@ def measure(index, backend: str, grouped: bool, *, batch_size: int, short: int, 
                     valid += int((hw[:, 0] * hw[:, 1]).sum())
                     total += x.shape[0] * x.shape[-2] * x.shape[-1]
                     images += len(hw)
-            if backend == "dali-gpu":  # the last batch's work finished before the clock stops
+            if loader.device.type == "cuda":  # the last batch's work finished before the clock stops
                 import torch
 
                 torch.cuda.synchronize()

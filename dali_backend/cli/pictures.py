@@ -36,7 +36,7 @@ def save_preview(images, labels, classes, spec, path: Path, columns: int = 8) ->
         r, c = divmod(i, columns)
         tile = np.ascontiguousarray(x[i])
         grid[r * (h + 18) + 18:(r + 1) * (h + 18), c * w:(c + 1) * w] = tile
-        _text(grid, classes[int(labels[i])], c * w + 3, r * (h + 18) + 13, w - 6, 0.45, (255, 255, 255))
+        draw_text(grid, classes[int(labels[i])], c * w + 3, r * (h + 18) + 13, w - 6, 0.45, (255, 255, 255))
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_image(path, grid)
 
@@ -56,7 +56,7 @@ def _write_image(path: Path, img) -> None:
     write_atomic(path, lambda f: f.write(data.tobytes()), "preview image")
 
 
-def _text(img, text: str, x: int, y: int, max_width: int, scale: float = 0.5, color=(0, 0, 0)) -> None:
+def draw_text(img, text: str, x: int, y: int, max_width: int, scale: float = 0.5, color=(0, 0, 0)) -> None:
     """Text at (x, y), shrunk until it fits in ``max_width`` pixels, then cut (ending in ``.``) if it
     still does not: a caption never runs into its neighbour's."""
     import cv2
@@ -82,8 +82,8 @@ def _histogram(classes, counts, width: int, height: int):
         h = int((height - 45) * k / top)
         x = 10 + i * bar_w
         cv2.rectangle(img, (x + 4, height - 25 - h), (x + bar_w - 4, height - 25), (150, 110, 60), -1)
-        _text(img, f"{c} {k / max(1, counts.sum()):.0%}", x + 4, height - 8, bar_w - 6, 0.4)
-    _text(img, "classes drawn in one sampler epoch", 10, 15, width - 20, 0.45)
+        draw_text(img, f"{c} {k / max(1, counts.sum()):.0%}", x + 4, height - 8, bar_w - 6, 0.4)
+    draw_text(img, "classes drawn in one sampler epoch", 10, 15, width - 20, 0.45)
     return img
 
 
@@ -200,22 +200,22 @@ def cmd_preview(args) -> int:
                  for x in tiles]
         label += "  " + "  ".join(op.describe(p) for op, p in zip(spec.transforms, params) if p)
         bar = np.full((20, tw * len(tiles), 3), 255, np.uint8)
-        _text(bar, label, 4, 14, tw * len(tiles) - 8, 0.42)
+        draw_text(bar, label, 4, 14, tw * len(tiles) - 8, 0.42)
         rows.append(np.vstack([bar, np.hstack(tiles)]))
     width = rows[0].shape[1]
     recipe = np.full((18, width, 3), 255, np.uint8)
-    _text(recipe, "ops: " + " > ".join(repr(op) if len(spec.transforms) < 3 else type(op).__name__
+    draw_text(recipe, "ops: " + " > ".join(repr(op) if len(spec.transforms) < 3 else type(op).__name__
                                       for op in spec.transforms)
           + (f"  (not shown: {', '.join(not_shown)}; pixels before normalisation)" if not_shown else "")
           + ("  red: crop window on the original" if any(is_crop(op) for op in spec.transforms) else ""),
           4, 13, width - 8, 0.4)
     head = np.full((22, width, 3), 255, np.uint8)
     for c, name in enumerate(columns):
-        _text(head, name, c * tw + 4, 16, tw - 8)
+        draw_text(head, name, c * tw + 4, 16, tw - 8)
     parts = [recipe, head]
     if dali_imgs is not None:
         legend = np.full((18, width, 3), 255, np.uint8)
-        _text(legend, f"last column: |fallback - DALI| per pixel x{DIFF_GAIN} (black: identical, white: "
+        draw_text(legend, f"last column: |fallback - DALI| per pixel x{DIFF_GAIN} (black: identical, white: "
                       f">= {256 // DIFF_GAIN} levels apart)", 4, 13, width - 8, 0.4)
         parts.append(legend)
     counts = np.bincount(index.labels[sampler.global_draw()], minlength=len(index.classes))
