@@ -41,7 +41,7 @@ class DaliExecutor:
 
     def worker_pids(self) -> list[int]:
         """The pids of the current pipeline's Python reader workers."""
-        return list(self.runner._worker_pids) if self.runner is not None else []
+        return list(self.runner.worker_pids) if self.runner is not None else []
 
     def engine_cpu_s(self) -> float | None:
         """CPU seconds of DALI's operator threads in this process so far (decoding and the operations;

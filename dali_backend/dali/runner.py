@@ -261,7 +261,7 @@ class DaliRunner:
             self.close()
             raise
         pool = getattr(self.pipe, "_py_pool", None)
-        self._worker_pids = list(pool.pids()) if pool is not None and hasattr(pool, "pids") else []
+        self.worker_pids = list(pool.pids()) if pool is not None and hasattr(pool, "pids") else []
         outputs = ["images", "labels", "slots"] + (["sizes"] if samples.spec.pad_batch is not None else [])
         self.iterator = DALIGenericIterator([self.pipe], outputs, auto_reset=False,
                                             prepare_first_batch=False)
@@ -279,7 +279,7 @@ class DaliRunner:
         """Raise :class:`LoaderWorkerError` if one of this pipeline's reader workers has died."""
         if self.closed or os.getpid() != self._pid:
             return
-        for pid in self._worker_pids:
+        for pid in self.worker_pids:
             if _process_dead(pid):
                 error = LoaderWorkerError(
                     f"DALI's Python reader worker (pid {pid}) died (killed by a signal, crashed or out of memory); "

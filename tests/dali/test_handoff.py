@@ -131,7 +131,7 @@ def bare_runner(done):
 
     runner = object.__new__(DaliRunner)
     runner.__dict__.update(_caller=Caller(), _handoff=Handoff() if done is not None else None, timeout=0.0,
-                           closed=False, broken=None, _worker_pids=[], _pid=os.getpid(), _clean_interrupt=False,
+                           closed=False, broken=None, worker_pids=[], _pid=os.getpid(), _clean_interrupt=False,
                            pipe=object(), iterator=None, ring=None)
     return runner, calls
 
