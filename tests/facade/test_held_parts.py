@@ -159,3 +159,32 @@ def test_the_facade_has_no_mixin_and_its_parts_read_no_private_attribute_of_anot
     assert mixins == []
     # Accelerate's GradientState._add_dataloader/_remove_dataloader: its own protocol for loaders
     assert [f for f in foreign if "_dataloader" not in f] == [], foreign
+
+
+def test_accelerates_padding_warning_is_said_once_per_loader_and_only_for_a_weighted_plan(monkeypatch):
+    import warnings
+    from types import SimpleNamespace
+
+    from dali_backend.facade import accelerate_state as acc
+
+    class State:  # Accelerate's GradientState, as far as begin() uses it
+        def _add_dataloader(self, loader) -> None:
+            pass
+
+    class Loader:  # what begin() reads of a loader: its public attributes
+        sampler = SimpleNamespace(world_size=2, num_padded=1)
+        batch_size, drop_last = 4, False
+
+    monkeypatch.setattr(acc, "gradient_state", State)
+    monkeypatch.setattr(acc, "processes", lambda: 2)
+    monkeypatch.setattr(acc, "gathered_real", lambda *a: None)  # padding in the middle of the last batch
+    one, two = Loader(), Loader()
+    with pytest.warns(UserWarning, match="gather_for_metrics cannot cut them off"):
+        acc.begin(one, 0, 0, weighted=True)
+    assert one.remainder == acc.UNKNOWN
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        acc.begin(one, 1, 0, weighted=True)  # said once per loader
+        acc.begin(two, 0, 0, weighted=False)  # not a WeightedSampler: its padding is not known
+    with pytest.warns(UserWarning, match="gather_for_metrics cannot cut them off"):
+        acc.begin(two, 0, 0, weighted=True)
