@@ -5,7 +5,8 @@ here), as torchvision registers one kernel per input type: a new executor is one
 :func:`register`, and ``DaliLoader(..., backend=name)`` runs on it. The built-in kinds are
 :class:`Engine`'s: DALI on the GPU, DALI on CPU operators, and the OpenCV executor of
 :mod:`fallback.executor`. Elsewhere the tree asks the chosen kind what it is (``kind.dali``,
-``kind.gpu``, ``kind.worker_processes``) instead of comparing backend names as strings.
+``kind.gpu``, ``kind.worker_processes``) instead of comparing backend names as strings: the command
+line's ``--backend`` choices are :func:`backend_choices`, the telemetry's GPU rule :func:`on_gpu`.
 
 Importing this module imports neither torch nor DALI (the command line reads it through
 :mod:`dali_backend.facade.autotune`): each factory imports its executor when it builds one.
