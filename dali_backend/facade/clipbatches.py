@@ -21,30 +21,29 @@ def sizes_of(sizes: np.ndarray | None) -> tuple:
 
 
 class FrameBatches:
-    """Batches of single draws: the executor's labels, ``batch_transform``, ``return_meta``.
+    """Batches of single draws: the executor's labels, the loader's ``batch_transform``, ``return_meta``.
 
     Args:
         plan: the loader's plan (:mod:`dali_backend.facade.plans`).
         passes: its :class:`~dali_backend.facade.epochs.Passes` (accounting, meta, batches done).
         batch_size: draws per batch.
-        batch_transform: ``fn(images, labels) -> (images, labels)``, or None.
         return_meta: add each batch's meta dict.
     """
 
     table = None  # what the executor replaces whole clips from under on_error="skip" (None: no clips)
 
-    def __init__(self, plan, passes, batch_size: int, *, batch_transform=None, return_meta: bool = False):
-        self.plan, self.passes, self.batch_size = plan, passes, int(batch_size)
-        self.batch_transform, self.return_meta = batch_transform, bool(return_meta)
+    def __init__(self, plan, passes, batch_size: int, *, return_meta: bool = False):
+        self.plan, self.passes, self.batch_size, self.return_meta = plan, passes, int(batch_size), bool(return_meta)
 
     def begin_pass(self, epoch: int, draws: int) -> None:
         """A pass of ``epoch`` with ``draws`` planned draws on this rank begins (from the passes' offset)."""
 
-    def output(self, batch: Batch, images: torch.Tensor, per_draw) -> tuple:
-        """``(images, labels[, sizes][, meta])`` of one normalised executor batch, counted as yielded."""
+    def output(self, batch: Batch, images: torch.Tensor, per_draw, batch_transform=None) -> tuple:
+        """``(images, labels[, sizes][, meta])`` of one normalised executor batch, counted as yielded
+        (``batch_transform``: the loader's ``fn(images, labels) -> (images, labels)``, read per batch)."""
         labels = batch.labels
-        if self.batch_transform is not None:
-            images, labels = self.batch_transform(images, labels)
+        if batch_transform is not None:
+            images, labels = batch_transform(images, labels)
         meta = self.passes.batch_meta(batch, per_draw) if self.return_meta else None
         self.passes.account(batch.planned, batch.served, batch.positions)
         return (images, labels, *sizes_of(batch.sizes)) + (() if meta is None else (meta,))
@@ -55,9 +54,8 @@ class ClipBatches(FrameBatches):
     ``[B, T, C, H, W]``, labelled by clip ``[B]`` (``on_error``: ``"skip"`` lets the executor replace a
     clip with a bad frame by a whole clip of its class, from :attr:`table`)."""
 
-    def __init__(self, plan, passes, batch_size: int, *, on_error: str = "raise", batch_transform=None,
-                 return_meta: bool = False):
-        super().__init__(plan, passes, batch_size, batch_transform=batch_transform, return_meta=return_meta)
+    def __init__(self, plan, passes, batch_size: int, *, on_error: str = "raise", return_meta: bool = False):
+        super().__init__(plan, passes, batch_size, return_meta=return_meta)
         self.sampler, self.clip_len, self.on_error = plan.sampler, plan.clip_len, on_error
         self.table = self.sampler.table()
         self.draws: np.ndarray | None = None  # this pass's clip draws [n, 2] (clip, position)
@@ -65,7 +63,7 @@ class ClipBatches(FrameBatches):
     def begin_pass(self, epoch: int, draws: int) -> None:
         self.draws = self.plan.clip_draws(epoch, self.passes.pass_offset, draws)
 
-    def output(self, batch: Batch, images: torch.Tensor, per_draw) -> tuple:
+    def output(self, batch: Batch, images: torch.Tensor, per_draw, batch_transform=None) -> tuple:
         T = self.clip_len
         b = self.passes.batches_done
         draws = self.draws[b * self.batch_size:(b + 1) * self.batch_size]
@@ -79,8 +77,8 @@ class ClipBatches(FrameBatches):
         served = self.served_clips(clips, batch.served.reshape(-1, T))
         images = images.reshape(len(clips), T, *images.shape[1:])
         labels = to_device(self.sampler.labels[served], batch.labels.device)  # pinned, non-blocking on a GPU
-        if self.batch_transform is not None:
-            images, labels = self.batch_transform(images, labels)
+        if batch_transform is not None:
+            images, labels = batch_transform(images, labels)
         meta = self.clip_meta(batch, per_draw, clips, served) if self.return_meta else None
         self.passes.account(clips, served, draws[:, 1], self.clip_names)
         sizes = None if batch.sizes is None else batch.sizes.reshape(len(clips), T, 2)
@@ -129,10 +127,8 @@ class ClipBatches(FrameBatches):
                 "params": [frame_meta["params"][k * T:(k + 1) * T] for k in range(n)]}
 
 
-def batches_of(plan, passes, batch_size: int, *, on_error: str = "raise", batch_transform=None,
-               return_meta: bool = False) -> FrameBatches:
+def batches_of(plan, passes, batch_size: int, *, on_error: str = "raise", return_meta: bool = False) -> FrameBatches:
     """The batches of ``plan``'s kind: clips where its draws are clips, else frames."""
     if plan.clips:
-        return ClipBatches(plan, passes, batch_size, on_error=on_error, batch_transform=batch_transform,
-                           return_meta=return_meta)
-    return FrameBatches(plan, passes, batch_size, batch_transform=batch_transform, return_meta=return_meta)
+        return ClipBatches(plan, passes, batch_size, on_error=on_error, return_meta=return_meta)
+    return FrameBatches(plan, passes, batch_size, return_meta=return_meta)

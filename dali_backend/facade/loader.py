@@ -193,7 +193,7 @@ class DaliLoader:
         # what the user gets per batch (frames, or clips regrouped [B, T, ...]); under on_error="skip" with clips
         # the readers replace a clip with a bad frame by a whole clip of its class (its table)
         self._batches = batches_of(self._plan, self._passes, self.batch_size, on_error=self.on_error,
-                                   batch_transform=batch_transform, return_meta=self.return_meta)
+                                   return_meta=self.return_meta)
         if persistent_workers is None:
             persistent_workers = num_workers > 0
         # DataLoader attributes that training frameworks read
@@ -409,7 +409,7 @@ class DaliLoader:
         images = apply_batch_ops(normalize(batch.images, spec), spec, per_draw)
         if self._telemetry is not None:
             batch.stages["normalize"] = batch.stages.get("normalize", 0.0) + time.perf_counter() - t0
-        return self._batches.output(batch, images, per_draw)
+        return self._batches.output(batch, images, per_draw, self.batch_transform)
 
     def _run(self, epoch: int, rows: np.ndarray):
         # the key names the plan so that batches DALI prepared ahead are used only for that very plan: the

@@ -133,13 +133,13 @@ def test_clip_batches_regroup_frames_into_clips_and_count_clips_without_a_loader
 def test_frame_batches_apply_the_batch_transform_and_count_draws_without_a_loader(ds):
     plan = make_plan(WeightedSampler(ds.index, seed=3), ds, 4)
     passes = Passes(plan, 4, drop_last=False)
-    batches = batches_of(plan, passes, 4, batch_transform=lambda x, y: (x + 1, y * 10))
+    batches = batches_of(plan, passes, 4)
     assert type(batches) is FrameBatches and batches.table is None
     epoch = passes.begin_pass()
     rows = plan.rows(epoch)
     passes.begin_epoch(len(rows))
     batch = executor_batch(ds, rows[:4])
-    images, labels = batches.output(batch, batch.images, None)
+    images, labels = batches.output(batch, batch.images, None, lambda x, y: (x + 1, y * 10))
     assert (images == 1).all() and labels.tolist() == (10 * ds.index.labels[rows[:4, 0]]).tolist()
     assert passes.stats()["yielded"] == 4
 
@@ -188,3 +188,12 @@ def test_accelerates_padding_warning_is_said_once_per_loader_and_only_for_a_weig
         acc.begin(two, 0, 0, weighted=False)  # not a WeightedSampler: its padding is not known
     with pytest.warns(UserWarning, match="gather_for_metrics cannot cut them off"):
         acc.begin(two, 0, 0, weighted=True)
+
+
+def test_the_loaders_batch_transform_is_read_at_each_batch_as_before_the_parts(ds):
+    from dali_backend import DaliLoader
+
+    with DaliLoader(ds, batch_size=3, backend="torch", device="cpu", telemetry=False) as loader:
+        first = next(iter(loader))[1]
+        loader.batch_transform = lambda images, labels: (images, labels * 0 + 7)  # changed between passes
+        assert (next(iter(loader))[1] == 7).all() and not (first == 7).all()
