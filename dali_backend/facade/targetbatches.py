@@ -17,9 +17,14 @@ from ..core.boundary import Batch
 from ..errors import ConfigError
 
 
+def has_targets(batch: Batch) -> bool:
+    """Whether an executor batch carries masks or boxes (a batch-like record without the fields: no)."""
+    return getattr(batch, "masks", None) is not None or getattr(batch, "boxes", None) is not None
+
+
 def refuse_clip_targets(batch: Batch) -> None:
     """Clips (a ClipSampler) over an index with targets are not supported yet: refused, never dropped."""
-    if batch.masks is not None or batch.boxes is not None:
+    if has_targets(batch):
         raise ConfigError("DaliLoader: a ClipSampler over an index with targets (masks or boxes): per-frame targets "
                           "of clips are not supported yet; sample single images (the default sampler or a "
                           "WeightedSampler), or index the frames without targets=")

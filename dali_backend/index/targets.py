@@ -318,3 +318,34 @@ def from_annotations(cls, root, targets: Mapping, *, classes_name: str = "image"
         raise ConfigError(f"from_annotations got unexpected arguments {sorted(options)}; it takes verify, "
                           "max_pixels, workers, progress, storage_options")
     return index.with_targets(targets)
+
+
+class TargetsMixin:
+    """:class:`~dali_backend.index.SampleIndex`'s builders and method for targets (kept here, beside the
+    columns they make)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def from_mvtec(cls, root, category: str, split: str = "test", **options):
+        """One MVTec AD category's split with its masks: :func:`from_mvtec`."""
+        return from_mvtec(cls, root, category, split, **options)
+
+    @classmethod
+    def from_annotations(cls, root, targets: Mapping, **options):
+        """The images a box table names, with their boxes, no class folders: :func:`from_annotations`."""
+        return from_annotations(cls, root, targets, **options)
+
+    def with_targets(self, targets: Mapping, num_classes: int = 2, binary: bool = False):
+        """This index with each sample's mask file and boxes from a reader's table (saved, fingerprinted,
+        checked and updated like the images): :func:`join_targets`. ``num_classes``: mask ids lie in
+        ``[0, num_classes)``; ``binary``: mask files hold 0 and one foreground value (read as 1).
+
+        Raises:
+            TargetError: a box outside its image, a mask missing, not a PNG, or not its image's size.
+            ConfigError: an ``s3://`` or packed index (not supported yet).
+        """
+        fields = {name: getattr(self, name) for name in self.__slots__
+                  if name not in ("__weakref__", "fingerprint", "root", "_paths")}  # the constructor's keywords
+        fields["annotations"] = join_targets(self, targets, num_classes, binary)
+        return type(self)(self.root, self._paths, **fields)
