@@ -56,12 +56,15 @@ def pack(index: SampleIndex, out: str | os.PathLike, shard_bytes: int = DEFAULT_
 
     Raises:
         BadImageError: a sample cannot be read or fails the run-time checks (named).
-        ConfigError: ``shard_bytes`` is not positive.
+        ConfigError: ``shard_bytes`` is not positive, or the index carries targets (not supported yet).
         OutputFileError: a shard or the index cannot be written.
     """
     if isinstance(shard_bytes, bool) or not isinstance(shard_bytes, int) or shard_bytes <= 0:
         raise ConfigError(f"shard_bytes={shard_bytes!r}; must be a positive number of bytes (default "
                           f"{DEFAULT_SHARD_BYTES})")
+    if index.annotations is not None:  # the masks would have to travel in the shards: not yet
+        raise ConfigError(f"pack: the index of {index.root} carries targets (masks or boxes); packing them into "
+                          "shards is not supported yet: train from the loose files, or pack an index without targets")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     reader = SampleReader.for_index(index, seed=0)

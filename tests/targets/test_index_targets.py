@@ -135,3 +135,11 @@ def test_targets_on_a_bucket_are_refused_with_the_reason(s3_defects):
     index = SampleIndex.from_folder(s3_defects)
     with pytest.raises(ConfigError, match="s3:// .* not supported yet"):
         index.with_targets({index.paths[0]: ImageTargets(boxes=[[0, 0, 1, 1]], labels=[0])})
+
+
+def test_packing_an_index_with_targets_is_refused_not_dropped(mvtec, tmp_path):
+    from dali_backend.storage.pack import pack
+
+    index = SampleIndex.from_mvtec(mvtec, "plate", "test")
+    with pytest.raises(ConfigError, match="packing them into shards is not supported yet"):
+        pack(index, tmp_path / "packed")
