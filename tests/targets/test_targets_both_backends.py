@@ -11,16 +11,16 @@ an edge is a small part of them; a mask one pixel off falls below the bound.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from dali_backend import AugmentSpec, DaliLoader
 from dali_backend import transforms as T
 from fallback.dataset import ImageDataset
+from tests.helpers import BACKENDS, LOADER_ARGS
 from tests.helpers.targets import detection_index_at, mvtec_index_at
 
-BACKENDS = ["torch", "dali"]
+DALI = [b for b in BACKENDS if b != "torch"]  # dali-cpu, and dali-gpu (skipped without CUDA)
 RECIPE = [T.RandomResizedCrop(224, scale=(0.6, 1.0)), T.RandomHorizontalFlip(), T.RandomRotation(15),
           T.RandomAffine(10, translate=(0.05, 0.05), scale=(0.9, 1.1), shear=5)]
 
@@ -41,11 +41,11 @@ def defect_pixels(images: torch.Tensor) -> torch.Tensor:
     return (r - (g + b) / 2) > 95
 
 
-def run(index, backend, **kw):
-    if backend == "dali":
+def run(index, backend, spec=None, seed=3, **kw):
+    if backend != "torch":
         pytest.importorskip("nvidia.dali")
-    spec = AugmentSpec(ops=RECIPE, color="rgb", dtype="uint8")
-    return list(DaliLoader(ImageDataset(index, spec, seed=3), batch_size=4, backend=backend, **kw))
+    spec = spec or AugmentSpec(ops=RECIPE, color="rgb", dtype="uint8")
+    return list(DaliLoader(ImageDataset(index, spec, seed=seed), batch_size=4, **LOADER_ARGS[backend], **kw))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -58,9 +58,10 @@ def test_the_moved_mask_covers_the_moved_defect(mvtec_index, backend):
     assert inter / union >= 0.98, (inter, union)
 
 
-def test_masks_and_boxes_are_equal_on_both_backends(mvtec_index, det_index):
+@pytest.mark.parametrize("dali", DALI)
+def test_masks_and_boxes_are_equal_on_both_backends(mvtec_index, det_index, dali):
     for index in (mvtec_index, det_index):
-        a, b = run(index, "torch", return_meta=True), run(index, "dali", return_meta=True)
+        a, b = run(index, "torch", return_meta=True), run(index, dali, return_meta=True)
         for x, y in zip(a, b):
             assert x["meta"]["index"].tolist() == y["meta"]["index"].tolist()
             if "mask" in x:
@@ -92,20 +93,19 @@ RECIPES = {
 }
 
 
+@pytest.mark.parametrize("dali", DALI)
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_each_mask_step_is_equal_on_both_backends(mvtec_index, det_index, recipe):
+def test_each_mask_step_is_equal_on_both_backends(mvtec_index, det_index, recipe, dali):
     """Every kind of DALI mask step (resize, warp: translation, flip, quarter turn, rotation, affine;
     letterbox and crop padding; padded batches) against the fallback's kernels."""
-    pytest.importorskip("nvidia.dali")
     spec = AugmentSpec(color="rgb", dtype="uint8", **RECIPES[recipe])
     for index in (mvtec_index, det_index):
-        a, b = (list(DaliLoader(ImageDataset(index, spec, seed=5), batch_size=4, backend=backend))
-                for backend in ("torch", "dali"))
+        a, b = (run(index, backend, spec, seed=5) for backend in ("torch", dali))
         for x, y in zip(a, b):
-            assert torch.equal(x["label"], y["label"].cpu())
+            assert torch.equal(x["label"], y["label"].cpu()) and x["image"].shape == y["image"].shape
             if "mask" in x:
                 assert x["mask"].shape == y["mask"].shape and torch.equal(x["mask"], y["mask"].cpu()), recipe
             if "sizes" in x:
-                assert torch.equal(x["sizes"], y["sizes"])
+                assert torch.equal(x["sizes"], y["sizes"].cpu())
             for p, q in zip(x.get("boxes", ()), y.get("boxes", ())):
                 assert p.shape == q.shape and torch.allclose(p, q, atol=1e-3, rtol=0), recipe
