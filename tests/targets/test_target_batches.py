@@ -96,3 +96,13 @@ def test_clips_over_an_index_with_targets_are_refused_not_dropped(mvtec_index):
     with pytest.raises(ConfigError, match="per-frame targets of clips are not supported yet"):
         next(iter(loader))
     loader.close()
+
+
+def test_the_demo_draws_image_and_mask_batches(tmp_path, capsys):
+    from tests.helpers import run_cli
+
+    rc, out, _ = run_cli(["demo", "--masks", "--images", "8", "--size", "64x48", "--out-size", "32", "--epochs", "1",
+                          "--backend", "torch", "--cache", str(tmp_path)], capsys)
+    assert rc == 0 and "8 test images" in out and "images with masks" in out, out
+    share = float(out.split("defect pixels ")[1].split("%")[0])
+    assert 0 < share < 100
