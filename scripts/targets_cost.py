@@ -66,7 +66,7 @@ def main() -> None:
     print("\ncost against images alone (best pass of each):")
     for k in range(0, len(rows), 2):
         (backend, _, base), (_, what, with_t) = rows[k], rows[k + 1]
-        print(f"{backend:6s} {what:8s} {100 * (1 - with_t / base):+6.1f} % throughput")
+        print(f"{backend:6s} {what:8s} {100 * (1 - with_t / base):6.1f} % of the throughput lost")
 
 
 if __name__ == "__main__":
