@@ -83,6 +83,10 @@ def update_index(index, *, workers: int = 8, progress: bool | None = None) -> tu
     """
     source = index.source
     how = indexer_of(index.root, index.storage_options)
+    if source is None and index.annotations is not None:  # from_annotations: the table is the index
+        raise ConfigError("update: this index was made by SampleIndex.from_annotations (the images its annotations "
+                          "name), which records no walk to repeat; build it again from the annotations: "
+                          "SampleIndex.from_annotations(root, read_coco(...)) (or read_yolo / read_voc / read_box_csv)")
     if source is None:
         raise ConfigError(how.no_source(index))
     root, cand, found, infos = how.again(source)

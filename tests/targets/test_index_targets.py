@@ -143,3 +143,10 @@ def test_packing_an_index_with_targets_is_refused_not_dropped(mvtec, tmp_path):
     index = SampleIndex.from_mvtec(mvtec, "plate", "test")
     with pytest.raises(ConfigError, match="packing them into shards is not supported yet"):
         pack(index, tmp_path / "packed")
+
+
+def test_an_index_made_from_annotations_says_how_to_update_it(tmp_path):
+    path = generate_detection(tmp_path / "det", n=2)
+    index = SampleIndex.from_annotations(tmp_path / "det", read_coco(path, tmp_path / "det"))
+    with pytest.raises(ConfigError, match="made by SampleIndex.from_annotations"):
+        index.update()
