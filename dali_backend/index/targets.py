@@ -114,7 +114,7 @@ class IndexTargets:
             return np.zeros(size, np.uint8)
         import cv2
 
-        path = os.path.join(folder, rel)
+        path = os.path.normpath(os.path.join(folder, rel))  # a mask folder beside the root: ../masks/...
         mask = cv2.imread(path, cv2.IMREAD_UNCHANGED)
         if mask is None:
             raise TargetError(f"{path}: the mask cannot be read (missing, truncated or not an image); fix the file "

@@ -13,6 +13,7 @@ import torch
 from dali_backend import AugmentSpec, DaliLoader
 from dali_backend import transforms as T
 from dali_backend.facade.targetbatches import pad_boxes
+from dali_backend.index import SampleIndex
 from dali_backend.transforms.targets import BoxPolicy
 from fallback.dataset import ImageDataset
 from tests.helpers.targets import detection_index_at, mvtec_index_at
@@ -106,3 +107,19 @@ def test_the_demo_draws_image_and_mask_batches(tmp_path, capsys):
     assert rc == 0 and "8 test images" in out and "images with masks" in out, out
     share = float(out.split("defect pixels ")[1].split("%")[0])
     assert 0 < share < 100
+
+
+def test_a_mask_value_outside_the_declared_classes_is_refused_when_read(tmp_path):
+    from dali_backend import TargetError
+    from dali_backend.targets import suffix_masks
+
+    for part in ("images", "masks"):
+        (tmp_path / part / "a").mkdir(parents=True)
+    cv2.imwrite(str(tmp_path / "images" / "a" / "0.png"), np.full((16, 16, 3), 90, np.uint8))
+    mask = np.zeros((16, 16), np.uint8)
+    mask[2:4, 2:4] = 7
+    cv2.imwrite(str(tmp_path / "masks" / "a" / "0_mask.png"), mask)
+    index = SampleIndex.from_folder(tmp_path / "images").with_targets(
+        suffix_masks(tmp_path / "images", tmp_path / "masks"), num_classes=3)
+    with pytest.raises(TargetError, match=r"0_mask.png: values 7 \(4 pixels\) are outside the declared classes 0..2"):
+        batches(index, AugmentSpec(ops=[T.Resize((8, 8))], color="rgb"))
