@@ -16,6 +16,7 @@ from dali_backend.facade.targetbatches import pad_boxes
 from dali_backend.index import SampleIndex
 from dali_backend.transforms.targets import BoxPolicy
 from fallback.dataset import ImageDataset
+from tests.helpers import LOADER_ARGS
 from tests.helpers.targets import detection_index_at, mvtec_index_at
 
 
@@ -109,7 +110,8 @@ def test_the_demo_draws_image_and_mask_batches(tmp_path, capsys):
     assert 0 < share < 100
 
 
-def test_a_mask_value_outside_the_declared_classes_is_refused_when_read(tmp_path):
+@pytest.mark.parametrize("backend", ["torch", "dali-cpu"])
+def test_a_mask_value_outside_the_declared_classes_is_refused_when_read(tmp_path, backend):
     from dali_backend import TargetError
     from dali_backend.targets import suffix_masks
 
@@ -121,5 +123,10 @@ def test_a_mask_value_outside_the_declared_classes_is_refused_when_read(tmp_path
     cv2.imwrite(str(tmp_path / "masks" / "a" / "0_mask.png"), mask)
     index = SampleIndex.from_folder(tmp_path / "images").with_targets(
         suffix_masks(tmp_path / "images", tmp_path / "masks"), num_classes=3)
+    if backend != "torch":
+        pytest.importorskip("nvidia.dali")
+    loader = DaliLoader(ImageDataset(index, AugmentSpec(ops=[T.Resize((8, 8))], color="rgb")), batch_size=1,
+                        **LOADER_ARGS[backend])
     with pytest.raises(TargetError, match=r"0_mask.png: values 7 \(4 pixels\) are outside the declared classes 0..2"):
-        batches(index, AugmentSpec(ops=[T.Resize((8, 8))], color="rgb"))
+        list(loader)
+    loader.close()
