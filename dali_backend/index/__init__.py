@@ -20,7 +20,7 @@ from __future__ import annotations
 from .core import SampleIndex, split_keys
 from .options import FORMAT_NAME, FORMAT_VERSION, INDEX_CLI_FLAGS, JPEG_EXTENSIONS, Verify, command_line
 from .store import check_output_path, write_atomic
-from .verify import _decode_check  # noqa: F401  (tests call it directly)
+from .verify import decode_check  # noqa: F401  (tests call it directly)
 from .walk import Rejected
 
 __all__ = ["SampleIndex", "Rejected", "Verify", "INDEX_CLI_FLAGS", "JPEG_EXTENSIONS", "FORMAT_NAME", "FORMAT_VERSION",

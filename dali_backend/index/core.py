@@ -25,7 +25,7 @@ from .persist import fingerprint_of, load_index, save_index
 from .shards import Shards
 from .targets import IndexTargets, TargetsMixin
 from .update import check_source, source_of
-from .walk import Rejected, _Candidates, _count
+from .walk import Rejected, Candidates, count_text
 
 log = logging.getLogger("dali_backend")
 
@@ -80,17 +80,17 @@ class SampleIndex(TargetsMixin):
         n = len(paths)
         kinds = checked_fields(n, format_ids, format_names, bit_depths)  # None: an index of before (JPEG, 8-bit)
         if shards is not None and len(shards) != n:
-            raise ConfigError(f"SampleIndex: shards place {_count(len(shards), 'sample')} for {_count(n, 'path')}")
+            raise ConfigError(f"SampleIndex: shards place {count_text(len(shards), 'sample')} for {count_text(n, 'path')}")
         if etags is not None and len(etags) != n:
-            raise ConfigError(f"SampleIndex: etags has {_count(len(etags), 'entry', 'entries')} for {_count(n, 'path')}")
+            raise ConfigError(f"SampleIndex: etags has {count_text(len(etags), 'entry', 'entries')} for {count_text(n, 'path')}")
         arrays = {"labels": (labels, np.int64), "sizes": (sizes, np.int64), "mtimes": (mtimes, np.int64),
                   "widths": (widths, np.int32), "heights": (heights, np.int32)}
         fixed = {}
         for name, (arr, dtype) in arrays.items():
             a = np.array(arr, dtype=dtype, copy=True).reshape(-1)
             if a.size != n:
-                raise ConfigError(f"SampleIndex: {name} has {_count(a.size, 'entry', 'entries')} for "
-                                  f"{_count(n, 'path')}")
+                raise ConfigError(f"SampleIndex: {name} has {count_text(a.size, 'entry', 'entries')} for "
+                                  f"{count_text(n, 'path')}")
             a.flags.writeable = False
             fixed[name] = a
         classes = tuple(str(c) for c in classes)
@@ -340,7 +340,7 @@ class SampleIndex(TargetsMixin):
         return cls._built(root, cand, classes, keep, cols, rejected, source=source, **extra)
 
     @classmethod
-    def _built(cls, root, cand: _Candidates, classes: Sequence[str], keep: list[int], cols: NDArray[np.int64],
+    def _built(cls, root, cand: Candidates, classes: Sequence[str], keep: list[int], cols: NDArray[np.int64],
                rejected: list[Rejected], **extra) -> SampleIndex:
         """The index of the checked candidates ``keep`` (columns: size, mtime, width, height), logged."""
         index = cls(root, StringTable.from_strings(cand.paths[i] for i in keep), np.asarray(cand.labels, np.int64)[keep],

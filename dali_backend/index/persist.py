@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import ConfigError, IndexFileError, StaleIndexError
 from ..util.strings import StringTable
-from .options import FORMAT_NAME, FORMAT_VERSION, _capped
+from .options import FORMAT_NAME, FORMAT_VERSION, capped
 from .shards import check_meta_shards, shards_from_arrays
 from .store import check_meta, damaged, read_index_arrays, write_atomic
 from .targets import ARRAYS, IndexTargets
@@ -109,7 +109,7 @@ def load_index(cls, path: str | os.PathLike, root, check: str, storage_options: 
     if check == "stat":
         changed = index.changed_files()
         if changed:
-            shown = _capped([f"{p}: {w}" for p, w in changed])
+            shown = capped([f"{p}: {w}" for p, w in changed])
             text = f"{path}: {len(changed)} of {len(index)} files changed since indexing ({shown}). "
             missing = sum(w == "missing" for _, w in changed)
             if missing * 2 > len(index) or not index.store.exists():

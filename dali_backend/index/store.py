@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 from ..errors import IndexFileError, OutputFileError
 from ..formats.jpeg import file_kind, open_regular
 
-from .options import _capped
+from .options import capped
 
 
 
@@ -173,7 +173,7 @@ def _read_header(path: str | os.PathLike, zf: zipfile.ZipFile, members: Mapping[
     """The ``.npy`` header of array ``name``: a 1-D array of ``dtype``'s kind and width, filling its member."""
     info = members.get(f"{name}.npy")
     if info is None:
-        raise damaged(path, f"no {name!r} array; not a SampleIndex file (members: {_capped(sorted(members), sep=', ')})")
+        raise damaged(path, f"no {name!r} array; not a SampleIndex file (members: {capped(sorted(members), sep=', ')})")
     with zf.open(info) as m:
         version = np.lib.format.read_magic(m)
         if version == (1, 0):

@@ -33,7 +33,7 @@ from ..targets import mvtec_masks
 from ..targets.records import check_boxes
 from ..util.strings import StringTable
 from .indexers import indexer_of
-from .walk import _Candidates
+from .walk import Candidates
 
 log = logging.getLogger("dali_backend")
 
@@ -310,7 +310,7 @@ def from_annotations(cls, root, targets: Mapping, *, classes_name: str = "image"
                               "annotation's paths are relative to")
         paths.append(rel)
     how = indexer_of(root, options.pop("storage_options", None))
-    cand = _Candidates(paths, [0] * len(paths), [], Counter())
+    cand = Candidates(paths, [0] * len(paths), [], Counter())
     verify, max_pixels = options.pop("verify", "header"), options.pop("max_pixels", None)
     index = cls._checked(how, (root, cand, [classes_name], None), verify, max_pixels or DEFAULT_MAX_PIXELS,
                          options.pop("workers", 8), options.pop("progress", None), None)

@@ -37,7 +37,7 @@ from ..errors import ConfigError, IndexBuildError
 from ..formats.jpeg import DEFAULT_MAX_PIXELS
 from ..util.strings import StringTable
 from .indexers import indexer_of
-from .report import _nothing_indexed
+from .report import nothing_indexed
 from .targets import again as targets_again
 from .walk import Rejected
 
@@ -105,7 +105,7 @@ def update_index(index, *, workers: int = 8, progress: bool | None = None) -> tu
     rejected = sorted(list(cand.rejected) + [Rejected(cand.paths[i], r) for i, r in enumerate(reasons) if r is not None],
                       key=lambda r: r.path)
     if not good.any():
-        raise IndexBuildError(_nothing_indexed(root, cand, rejected))
+        raise IndexBuildError(nothing_indexed(root, cand, rejected))
     kept = np.flatnonzero(good)
     # samples still present in their old order, then the new files in walk order
     kept = kept[np.argsort(np.where(old[kept] >= 0, old[kept], len(index) + kept), kind="stable")]
