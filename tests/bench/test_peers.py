@@ -52,7 +52,7 @@ def test_every_peer_that_runs_does_the_contracts_work(tmp_path):
     assert ran == ["ceiling", "fallback", *[p for p in PEERS if p not in skipped]]
     assert set(skipped) <= set(PEERS)
     by_name = {r["name"]: r for r in data["results"]}
-    assert by_name["fallback"]["levels_difference"] == 0
+    assert by_name["fallback"]["levels_difference"] < 1e-3  # itself, through the normalisation and back (float32)
     for name in ran[1:]:
         check_same_work(by_name[name])
         assert by_name[name]["first_batch_s"] > 0 and by_name[name]["peak_rss_mb"] > 0
