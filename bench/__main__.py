@@ -76,6 +76,9 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                             "chart each contender's ratio to the ceiling against the size")
     p.add_argument("--format", default="jpeg", choices=["jpeg", "png", "bmp", "tiff", "webp"],
                    help="the synthetic images' format (default jpeg; 8 bits)")
+    p.add_argument("--bit-depth", type=int, default=8, choices=[8, 12, 16],
+                   help="bits per value of the data (default 8); 12 or 16: synthetic --format png or tiff at that "
+                        "depth, and every contender's contract after a Window(0, 2**bits - 1) (bench.contenders)")
     p.add_argument("--size", type=size_wxh, default=(256, 256), help="output size WxH (default 256x256)")
     p.add_argument("--epochs", type=positive_int, default=3, help="timed epochs after one warm-up (default 3)")
     p.add_argument("--batch-size", type=positive_int, default=32)
@@ -115,7 +118,7 @@ def _child(args) -> int:
 
     out_w, out_h = args.size
     res = run_contender(args.one, args.index, (out_h, out_w), args.epochs, args.batch_size, args.workers,
-                        args.sequences, args.clip_len, args.clip_step)
+                        args.sequences, args.clip_len, args.clip_step, bit_depth=args.bit_depth)
     print(json.dumps(res))
     return 0
 
@@ -142,7 +145,7 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
     for name in track(names, total=len(names), desc="bench", unit="contender"):
         cmd = [sys.executable, "-c", _CHILD, "--one", name, "--index", str(index_path), "--size", f"{out_w}x{out_h}",
                "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--workers", str(args.workers),
-               *(extra if name in CLIP_CONTENDERS else [])]
+               "--bit-depth", str(args.bit_depth), *(extra if name in CLIP_CONTENDERS else [])]
         log.info("running %s ...", name)
         log.debug("command: %s", " ".join(cmd))
         t0 = time.perf_counter()
@@ -169,14 +172,17 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
         if ref is not None and r["name"] in ("reference", *PRESET_LOADERS, *CLIP_CONTENDERS):  # the same contract
             r["ratio_to_reference"] = r["images_per_s"] / ref["images_per_s"]
             r["overhead_ms_per_image"] = 1000 * (r["cpu_s_per_image"] - ref["cpu_s_per_image"])
+    from dali_backend.index.kinds import formats_text
+
     from .measure import PEAK_RSS_INTERVAL_S
 
     machine = dict(machine)
     machine["memory_sample_interval_s"] = PEAK_RSS_INTERVAL_S
     machine["data"] = {"root": str(root), "images": len(index), "mean_file_kb": float(index.sizes.mean() / 1024),
-                       **size_mix(index), "output_size": [out_w, out_h]}
+                       **size_mix(index), "output_size": [out_w, out_h], "bit_depth": args.bit_depth,
+                       "formats": formats_text(index.format_ids, index.format_names, index.bit_depths)}
     tut = next((r["images_per_s"] for r in results if r["name"] == "tutorial"), None)
-    print(f"\n{len(index)} images {machine['data']['source_label']} "
+    print(f"\n{len(index)} images {machine['data']['source_label']} ({machine['data']['formats']}) "
           f"(~{machine['data']['mean_file_kb']:.0f} KB) -> {out_w}x{out_h}; {machine['cores']} cores ({machine['cpu']}); "
           f"GPU: {machine['gpu'] or 'none'}")
     print(f"{'name':16s} {'img/s':>8s} {'x ceiling':>9s} {'x reference':>11s} {'x tutorial':>10s} {'cpu s/img':>9s} "
@@ -270,19 +276,22 @@ def size_mix(index) -> dict:
     return {"source_size": top[0][:2], "source_sizes": top, "source_label": label}
 
 
-def unavailable(names: list[str]) -> dict[str, str]:
-    """Why each contender of ``names`` cannot run on this machine (DALI missing, no CUDA GPU)."""
+def unavailable(names: list[str], bit_depth: int = 8) -> dict[str, str]:
+    """Why each contender of ``names`` cannot run on this machine (DALI missing, no CUDA GPU, a peer's
+    package missing) or on ``bit_depth``-bit data (the peers run the 8-bit contract only)."""
     import torch
 
-    from dali_backend.dali.devices import _dali_importable
+    from dali_backend.dali.devices import dali_importable
 
     why = {}
-    no_dali = _dali_importable()
+    no_dali = dali_importable()
     for name in names:
         if "dali" in name and no_dali:
             why[name] = no_dali
         elif name.endswith("dali-gpu") and torch.cuda.device_count() == 0:
             why[name] = "no CUDA GPU on this machine (torch.cuda.device_count() == 0)"
+        elif name in PEERS and bit_depth != 8:
+            why[name] = f"the peers decode 8-bit files; --bit-depth {bit_depth} has no peer (run them with --bit-depth 8)"
         elif name in PEERS:
             from .peers import missing
 
@@ -319,7 +328,7 @@ def run(args) -> int:
     out_json = args.json or Path("bench-results/bench.json")
     names = list(args.only or CONTENDERS)
     names += [p for p in PEERS if args.peers and p not in names]
-    skipped = unavailable(names)
+    skipped = unavailable(names, args.bit_depth)
     for name, why in skipped.items():
         if args.only or name in PEERS:  # asked for: say why it does not run (the default list skips quietly)
             log.warning("bench: skipping %s: %s", name, why)
@@ -340,6 +349,9 @@ def run(args) -> int:
             raise ConfigError(f"--data {args.data}: a packed index (dali-backend pack); this benchmark's contenders "
                               "read loose files: pass the index of the folder it was packed from, or measure packed "
                               "against loose reads with `python -m bench.storage`")
+        if args.bit_depth == 8 and index.bit_depths.max() > 8:  # the contracts would refuse every such image
+            raise ConfigError(f"--data {args.data}: {int((index.bit_depths > 8).sum())} of {len(index)} images hold more "
+                              "than 8 bits per value; pass --bit-depth 16 (or 12 for 12-bit data stored in 16)")
         png = None if args.no_plot else args.png or out_json.with_suffix(".png")
         doc = _run_size(index, index.root, out_json, png, args, names, machine)
         if args.padding:
@@ -350,11 +362,13 @@ def run(args) -> int:
     cache = Path(args.cache or default_cache())
     runs, failures = [], 0
     for w, h in sizes:
-        root = cache / (f"bench-{args.images}-{w}x{h}" + ("" if args.format == "jpeg" else f"-{args.format}"))
+        root = cache / (f"bench-{args.images}-{w}x{h}" + ("" if args.format == "jpeg" else f"-{args.format}")
+                        + ("" if args.bit_depth == 8 else f"-{args.bit_depth}bit"))
         t0 = time.perf_counter()
-        generate_defect_dataset(root, n=args.images, size=(w, h), quality=92, seed=0, format=args.format)
-        log.info("data: %d synthetic %dx%d %s files in %s (%.0f s)", args.images, w, h, args.format.upper(), root,
-                 time.perf_counter() - t0)
+        generate_defect_dataset(root, n=args.images, size=(w, h), quality=92, seed=0, format=args.format,
+                                bit_depth=args.bit_depth)
+        log.info("data: %d synthetic %dx%d %d-bit %s files in %s (%.0f s)", args.images, w, h, args.bit_depth,
+                 args.format.upper(), root, time.perf_counter() - t0)
         index = SampleIndex.from_folder(root, progress=False)
         if len(sizes) == 1:
             size_json = out_json

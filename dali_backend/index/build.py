@@ -16,6 +16,7 @@ from ..errors import ConfigError, IndexBuildError, ManifestError
 from ..formats import registry
 from ..formats.jpeg import DEFAULT_MAX_PIXELS, not_regular_reason
 from ..core.labelling import KeywordRules
+from .kinds import Kinds
 from .manifest import _path_as_written, _read_manifest
 from .parallel import map_in_chunks
 from .options import Verify, _capped, _opt
@@ -128,7 +129,7 @@ class FileChecks:
     """The checks of candidate files, filled by threads into numpy columns rather than a tuple per file
     (1M files: ~64 MB instead of ~350 MB): ``cols`` size, mtime, width, height; ``inode`` (device,
     inode), by which one file reached by two paths is found; ``reasons`` why each file is refused
-    (None: accepted). Shared by building (:func:`check_candidates`) and updating an index."""
+    (None: accepted); ``kinds`` the format and bit depth of each accepted file (:mod:`.kinds`). Shared by building (:func:`check_candidates`) and updating an index."""
 
     def __init__(self, root: Path | str, paths: Sequence[str], verify: Verify, max_pixels: int):
         n = len(paths)
@@ -136,6 +137,7 @@ class FileChecks:
         self.cols = np.zeros((n, 4), dtype=np.int64)
         self.inode = np.zeros((n, 2), dtype=np.uint64)
         self.reasons: list[str | None] = [None] * n
+        self.kinds = Kinds(n)
         self.no_inode: dict[int, str] = {}  # file systems without inode numbers: identity by real path
 
     def stat(self, i: int) -> os.stat_result | None:
@@ -166,6 +168,7 @@ class FileChecks:
         full = os.path.join(self.root, self.paths[i])
         res = registry.check_file(full, self.max_pixels)
         self.cols[i, 2], self.cols[i, 3] = res.width, res.height
+        self.kinds.set(i, res.format, res.bit_depth)
         self.reasons[i] = _decode_check(full) if res.reason is None and self.verify == "decode" else res.reason
 
     def __call__(self, i: int) -> None:
@@ -181,9 +184,10 @@ class FileChecks:
 
 
 def check_candidates(root: Path, cand: _Candidates, classes: Sequence[str], verify: Verify, max_pixels: int,
-                     workers: int, progress: bool | None) -> tuple[list[int], NDArray[np.int64], list[Rejected]]:
-    """Check every candidate (stat, then its JPEG headers, then a decode for ``verify="decode"``), in
-    ``workers`` threads: ``(positions kept, [kept, 4] sizes/mtimes/widths/heights, every refused file)``.
+                     workers: int, progress: bool | None) -> tuple[list[int], NDArray[np.int64], list[Rejected], dict]:
+    """Check every candidate (stat, then its image headers, then a decode for ``verify="decode"``), in
+    ``workers`` threads: ``(positions kept, [kept, 4] sizes/mtimes/widths/heights, every refused file, the
+    index's format and bit-depth fields of the kept files)``.
 
     Raises:
         IndexBuildError: nothing is left (the message says what was found instead).
@@ -201,4 +205,4 @@ def check_candidates(root: Path, cand: _Candidates, classes: Sequence[str], veri
     rejected.sort(key=lambda r: r.path)
     if not keep:
         raise IndexBuildError(_nothing_indexed(root, cand, rejected))
-    return keep, checks.cols[keep], rejected
+    return keep, checks.cols[keep], rejected, checks.kinds.fields(keep)

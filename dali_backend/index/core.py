@@ -20,6 +20,7 @@ from ..util.strings import StringTable
 from .options import Verify
 from .report import headline, summary_text, warn_losses
 from .indexers import indexer_of
+from .kinds import BEFORE, checked_fields
 from .persist import fingerprint_of, load_index, save_index
 from .shards import Shards
 from .update import check_source, source_of
@@ -49,6 +50,8 @@ class SampleIndex:
             those of :attr:`ignored` (empty for an index saved before they were recorded).
         etags: each object's ETag at indexing time (a URL root), or None (a folder, or an index
             saved before ETags were recorded).
+        format_ids, format_names, bit_depths: each sample's format, by content (``format_names[format_ids[i]]``,
+            :attr:`formats`) and bits per value its header declares (uint8; 16: 16-bit PNG/TIFF): :mod:`.kinds`.
         shards: where packed samples lie (``dali-backend pack``: tar shards, one range read per sample),
             or None for loose files; see :mod:`.shards`.
         storage_options: credentials and settings for a URL root (never saved, printed or
@@ -62,15 +65,18 @@ class SampleIndex:
 
     __slots__ = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected",
                  "ignored", "ignored_files", "etags", "storage_options", "shards", "fingerprint", "source",
-                 "__weakref__")
+                 "format_ids", "format_names", "bit_depths", "__weakref__")
 
     def __init__(self, root: str | os.PathLike, paths: StringTable, labels: NDArray[np.int64],
                  classes: Sequence[str], sizes: NDArray[np.int64], mtimes: NDArray[np.int64],
                  widths: NDArray[np.int32], heights: NDArray[np.int32],
                  rejected: Iterable[Rejected] = (), ignored: Mapping[str, int] | None = None,
                  ignored_files: Iterable[Rejected] = (), etags: StringTable | None = None,
-                 storage_options: Mapping | None = None, shards: Shards | None = None, source: Mapping | None = None):
+                 storage_options: Mapping | None = None, shards: Shards | None = None, source: Mapping | None = None,
+                 format_ids: NDArray[np.uint8] | None = None, format_names: Sequence[str] = (BEFORE[0],),
+                 bit_depths: NDArray[np.uint8] | None = None):
         n = len(paths)
+        kinds = checked_fields(n, format_ids, format_names, bit_depths)  # None: an index of before (JPEG, 8-bit)
         if shards is not None and len(shards) != n:
             raise ConfigError(f"SampleIndex: shards place {_count(len(shards), 'sample')} for {_count(n, 'path')}")
         if etags is not None and len(etags) != n:
@@ -104,6 +110,8 @@ class SampleIndex:
         sa(self, "shards", shards)
         sa(self, "fingerprint", self._compute_fingerprint())
         sa(self, "source", check_source(source))
+        for name, value in zip(("format_ids", "format_names", "bit_depths"), kinds):
+            sa(self, name, value)
 
     def __setattr__(self, name, value):
         raise AttributeError(f"SampleIndex is immutable; cannot set {name!r} (build a new index instead)")
@@ -166,12 +174,18 @@ class SampleIndex:
         store = self.store
         return None if store.folder is not None else store
 
+    @property
+    def formats(self) -> NDArray[np.str_]:
+        """Each sample's format name (``"jpeg"``, ``"png"``...), built from :attr:`format_ids` on each access."""
+        return np.array(self.format_names, dtype=str)[self.format_ids]
+
     def class_counts(self) -> NDArray[np.int64]:
         """Number of samples per class, in the order of :attr:`classes`."""
         return np.bincount(self.labels, minlength=len(self.classes)).astype(np.int64)
 
     def summary(self) -> str:
-        """Counts per class, then every rejected file with its reason and every ignored file, grouped by reason.
+        """Counts per class and per format and bit depth, then every rejected file with its reason and every ignored
+        file, grouped by reason.
 
         The first line is the one logged when the index is built (counts and a few examples); the
         lines after it list every rejected file under its kind of reason (a file rejected several
@@ -366,7 +380,9 @@ class SampleIndex:
         return SampleIndex(self.root, self._paths.take(pos), self.labels[pos], self.classes, self.sizes[pos],
                            self.mtimes[pos], self.widths[pos], self.heights[pos], self.rejected, self.ignored,
                            self.ignored_files, None if self.etags is None else self.etags.take(pos),
-                           self.storage_options, None if self.shards is None else self.shards.take(pos))
+                           self.storage_options, None if self.shards is None else self.shards.take(pos),
+                           format_ids=self.format_ids[pos], format_names=self.format_names,
+                           bit_depths=self.bit_depths[pos])
 
     def split(self, val_fraction: float, seed: int = 0, *, stratify: bool = False) -> tuple[SampleIndex, SampleIndex]:
         """Split into ``(train, val)`` deterministically.
@@ -455,7 +471,8 @@ class SampleIndex:
 
 
 _STATE_SLOTS = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected", "ignored",
-                "ignored_files", "etags", "storage_options", "shards", "fingerprint", "source")
+                "ignored_files", "etags", "storage_options", "shards", "fingerprint", "source", "format_ids",
+                "format_names", "bit_depths")
 
 
 def _restore_index(values: tuple) -> SampleIndex:

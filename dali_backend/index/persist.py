@@ -23,11 +23,13 @@ def save_index(index, path: str | os.PathLike) -> None:
     """Write ``index`` to ``path`` atomically; see :meth:`SampleIndex.save`."""
     meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "root": index.root, "classes": list(index.classes),
             "rejected": [[r.path, r.reason] for r in index.rejected], "ignored": index.ignored,
-            "ignored_files": [[r.path, r.reason] for r in index.ignored_files], "fingerprint": index.fingerprint}
+            "ignored_files": [[r.path, r.reason] for r in index.ignored_files], "fingerprint": index.fingerprint,
+            "format_names": list(index.format_names)}  # the names of the codes in format_ids (older readers ignore both)
     if index.source is not None:  # optional: older readers ignore it
         meta["source"] = index.source
     arrays = {"path_data": index.paths.data, "path_offsets": index.paths.offsets, "labels": index.labels,
               "sizes": index.sizes, "mtimes": index.mtimes, "widths": index.widths, "heights": index.heights,
+              "format_ids": index.format_ids, "bit_depths": index.bit_depths,
               "meta": np.frombuffer(json.dumps(meta).encode("ascii"), dtype=np.uint8)}
     if index.etags is not None:  # storage_options are never saved: credentials stay out of index files
         arrays.update(etag_data=index.etags.data, etag_offsets=index.etags.offsets)
@@ -77,7 +79,7 @@ def load_index(cls, path: str | os.PathLike, root, check: str, storage_options: 
                     meta["classes"], arrays["sizes"], arrays["mtimes"], arrays["widths"], arrays["heights"],
                     [Rejected(p, r) for p, r in meta["rejected"]], meta["ignored"],
                     [Rejected(p, r) for p, r in meta.get("ignored_files", [])], etags, storage_options, shards,
-                    meta.get("source"))
+                    meta.get("source"), **_kinds(path, arrays, meta))
     except ValueError as e:  # ConfigError: labels out of range, duplicate class names
         raise damaged(path, str(e)) from None
     if index.fingerprint != meta["fingerprint"]:
@@ -94,6 +96,19 @@ def load_index(cls, path: str | os.PathLike, root, check: str, storage_options: 
             fix = "rebuild the index, or pass check='none' to SampleIndex.load (CLI: --no-check) to use it anyway"
             raise StaleIndexError(text + (fix if text.endswith("Otherwise ") else fix[0].upper() + fix[1:]))
     return index
+
+
+def _kinds(path, arrays: Mapping, meta: dict) -> dict:
+    """The format and bit-depth fields of a loaded index: none in a file saved before they were recorded, which
+    then loads as JPEG at 8 bits (:data:`.kinds.BEFORE`: only JPEG files were indexed then)."""
+    held = [name in arrays for name in ("format_ids", "bit_depths")] + ["format_names" in meta]
+    if not any(held):
+        return {}
+    names = meta.get("format_names")
+    if not all(held) or not isinstance(names, list) or not all(isinstance(x, str) for x in names):
+        raise damaged(path, "its arrays 'format_ids' and 'bit_depths' and metadata field 'format_names' (a list of "
+                            "names) do not come together")
+    return {"format_ids": arrays["format_ids"], "format_names": names, "bit_depths": arrays["bit_depths"]}
 
 
 def fingerprint_of(index) -> str:

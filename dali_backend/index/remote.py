@@ -37,6 +37,7 @@ from ..storage import urls
 from ..storage import stores
 from ..storage.objects import ObjectChanged, ObjectInfo, ObjectMissing, Unreachable
 from ..storage.stores import Store
+from .kinds import UNREAD, Kinds
 from .manifest import read_manifest
 from .options import PACKAGE_FILES, Verify, _capped, _opt
 from .report import _nothing_indexed
@@ -48,6 +49,7 @@ HEAD_RANGE = 16384  # bytes read first for the header check (JPEG headers withou
 REMOTE_MIN_WORKERS = 32  # threads for a bucket's header checks: requests wait on the network, not the CPU
 PATIENT_FACTOR = 3  # objects unreachable at indexing are checked again with this many times the retries and backoff cap
 
+NOT_READ = (UNREAD, 0)  # the (format, bit depth) of an object whose headers were not read
 log = logging.getLogger("dali_backend")
 # (root URL, candidates, class names, listed objects by relative path)
 RemoteBuilt = tuple[str, _Candidates, Sequence[str], dict[str, ObjectInfo]]
@@ -170,22 +172,22 @@ def manifest_candidates(path: str | Path, bucket: Store, split: str | None, clas
 
 
 def check_object(bucket: Store, rel: str, info: ObjectInfo | None, verify: Verify,
-                 max_pixels: int) -> tuple[str | None, ObjectInfo | None, int, int]:
-    """``(reason or None, the object's info, width, height)`` for one object, reading byte ranges only
+                 max_pixels: int) -> tuple[str | None, ObjectInfo | None, int, int, tuple[str, int]]:
+    """``(reason or None, the object's info, width, height, (format, bit depth))`` for one object, reading byte ranges only
     for ``verify="header"`` (see the module docstring)."""
     try:
         if info is None:
             info = bucket.head(rel)
         if verify == "none":
-            return None, info, 0, 0
+            return None, info, 0, 0, NOT_READ
         if info.size == 0:
-            return "empty file (0 bytes)", info, 0, 0
+            return "empty file (0 bytes)", info, 0, 0, NOT_READ
         etag = info.etag or None
         if verify == "decode":
             data, got = bucket.get(rel, etag)
             res = registry.check_bytes(data, max_pixels, rel)
             reason = res.reason or decode_check_bytes(data)
-            return reason, got, res.width, res.height
+            return reason, got, res.width, res.height, (res.format, res.bit_depth)
         head, got = bucket.get(rel, etag, 0, min(HEAD_RANGE, info.size))
         info = got
         if len(head) >= info.size:
@@ -203,16 +205,16 @@ def check_object(bucket: Store, rel: str, info: ObjectInfo | None, verify: Verif
             return head
 
         res = registry.check_head(head, info.size, max_pixels, load, tail, rel)
-        return res.reason, info, res.width, res.height
+        return res.reason, info, res.width, res.height, (res.format, res.bit_depth)
     except ObjectMissing:
-        return "missing file", info, 0, 0
+        return "missing file", info, 0, 0, NOT_READ
     except ObjectChanged:
-        return "object changed while it was being indexed (its ETag differs); index again", info, 0, 0
+        return "object changed while it was being indexed (its ETag differs); index again", info, 0, 0, NOT_READ
     except Unreachable as e:  # the store did not answer: no verdict on the object
-        return _Transient(str(e).split(": ", 1)[1] if ": " in str(e) else str(e)), info, 0, 0
+        return _Transient(str(e).split(": ", 1)[1] if ": " in str(e) else str(e)), info, 0, 0, NOT_READ
     except StorageError as e:
         text = str(e).split(": ", 1)[1] if ": " in str(e) else str(e)
-        return f"unreadable ({text})", info, 0, 0
+        return f"unreadable ({text})", info, 0, 0, NOT_READ
 
 
 def check_objects(root: str, bucket: Store, paths: Sequence[str], infos: Mapping[str, ObjectInfo], verify: Verify,
@@ -250,9 +252,9 @@ def check_objects(root: str, bucket: Store, paths: Sequence[str], infos: Mapping
 
 def check_candidates(root: str, bucket: Store, cand: _Candidates, infos: Mapping[str, ObjectInfo],
                      verify: Verify, max_pixels: int, workers: int,
-                     progress: bool | None) -> tuple[list[int], NDArray[np.int64], list[str], list[Rejected]]:
+                     progress: bool | None) -> tuple[list[int], NDArray[np.int64], list[str], list[Rejected], dict]:
     """:func:`.build.check_candidates` for a bucket: ``(positions kept, [kept, 4] sizes/mtimes/widths/heights,
-    ETags of the kept objects, every refused object)``."""
+    ETags of the kept objects, every refused object, the index's format and bit-depth fields of the kept ones)``."""
     results = check_objects(root, bucket, cand.paths, infos, verify, max_pixels, workers, progress)
     keep = [i for i, r in enumerate(results) if r[0] is None]
     rejected = list(cand.rejected) + [Rejected(cand.paths[i], r[0]) for i, r in enumerate(results) if r[0] is not None]
@@ -262,7 +264,10 @@ def check_candidates(root: str, bucket: Store, cand: _Candidates, infos: Mapping
     cols = np.array([(r[1].size, r[1].mtime_ns, r[2], r[3]) for r in (results[i] for i in keep)],
                     dtype=np.int64).reshape(-1, 4)
     etags = [results[i][1].etag for i in keep]
-    return keep, cols, etags, rejected
+    kinds = Kinds(len(keep))
+    for k, i in enumerate(keep):
+        kinds.set(k, *results[i][4])
+    return keep, cols, etags, rejected, kinds.fields(range(len(keep)))
 
 
 class _Transient(str):

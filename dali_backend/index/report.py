@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import FilesNotIndexedWarning
 from ..formats import registry
+from .kinds import formats_text
 from .options import NOT_JPEG, _opt
 from .walk import Rejected, _Candidates, _count
 
@@ -198,10 +199,11 @@ def summary_text(index) -> str:
 
 
 def headline(index, listed_below: bool = False) -> str:
-    """One line: counts per class, rejected files by kind with a few examples, ignored files by kind."""
+    """One line: counts per class, per format and bit depth (:func:`.kinds.formats_text`), rejected files by kind
+    with a few examples, ignored files by kind."""
     counts = ", ".join(f"{c} {k}" for c, k in zip(index.classes, index.class_counts()))
     text = (f"indexed {_count(len(index), 'file')} in {_count(len(index.classes), 'class', 'classes')} ({counts}) "
-            f"under {index.root}")
+            f"under {index.root}; {formats_text(index.format_ids, index.format_names, index.bit_depths)}")
     if index.rejected:
         text += f"; rejected {_rejected_digest(index.rejected, listed_below)}"
     if index.ignored:

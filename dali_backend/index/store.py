@@ -107,9 +107,10 @@ def damaged(path: str | os.PathLike, what: str) -> IndexFileError:
                           "SampleIndex.from_folder(...).save(...) (CLI: dali-backend index ROOT --out FILE)")
 
 
-# Arrays an index file may hold or not: each object's ETag (a URL root), a string table like the paths.
-# Files written before they existed load without them.
-_OPTIONAL_ARRAYS = {"etag_data": np.uint8, "etag_offsets": np.int64, "shard_ids": np.int64, "shard_offsets": np.int64}
+# Arrays an index file may hold or not: each object's ETag (a URL root), a string table like the paths;
+# shard places; each sample's format code and bit depth (.kinds). Files written before they existed load without them.
+_OPTIONAL_ARRAYS = {"etag_data": np.uint8, "etag_offsets": np.int64, "shard_ids": np.int64, "shard_offsets": np.int64,
+                    "format_ids": np.uint8, "bit_depths": np.uint8}
 
 
 # Inflated, a saved index's arrays together may hold at most this many times the file's size (save()
@@ -191,7 +192,7 @@ def _read_header(path: str | os.PathLike, zf: zipfile.ZipFile, members: Mapping[
 def _check_declared(path: str | os.PathLike, declared: Mapping[str, _Declared], file_size: int) -> None:
     """Raise IndexFileError unless the declared lengths agree and their total is plausible for the file."""
     n = declared["labels"].count
-    for name in _PER_SAMPLE + ("shard_ids", "shard_offsets"):
+    for name in _PER_SAMPLE + ("shard_ids", "shard_offsets", "format_ids", "bit_depths"):
         if name in declared and declared[name].count != n:
             raise damaged(path, f"array {name!r} declares {declared[name].count} entries for {n} labels")
     for name in ("path_offsets", "etag_offsets"):

@@ -7,7 +7,7 @@ index order, ``<key>.<ext>`` (the file's bytes, unchanged; ``ext`` the first ext
 ``jpg``, ``png``, ``tif``, ``bmp``, ``webp``) and ``<key>.cls`` (its class id as text), with
 ``key`` the sample's position in the source index (8 digits), so WebDataset and DALI's
 ``readers.webdataset`` read them as they are. The packed index keeps every sample's original relative
-path, label, size and frame size, so :meth:`SampleIndex.split`, ``on_error`` replacements and error
+path, label, size, frame size, format and bit depth, so :meth:`SampleIndex.split`, ``on_error`` replacements and error
 messages behave as before, and decoding a packed sample gives the same pixels as the loose file.
 
 Every sample is read through the checked reader first: a file that changed since indexing is a
@@ -99,6 +99,7 @@ def pack(index: SampleIndex, out: str | os.PathLike, shard_bytes: int = DEFAULT_
     packed = SampleIndex(out, StringTable(index.paths.data, index.paths.offsets), index.labels, index.classes,
                          index.sizes, index.mtimes, index.widths, index.heights, index.rejected, index.ignored,
                          index.ignored_files, shards=Shards(tuple(names), tuple(sizes), ids, offsets, tuple(mtimes),
-                                                               tuple(digests)))
+                                                               tuple(digests)),
+                         format_ids=index.format_ids, format_names=index.format_names, bit_depths=index.bit_depths)
     packed.save(out / INDEX_NAME)
     return packed
