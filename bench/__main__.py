@@ -276,9 +276,9 @@ def size_mix(index) -> dict:
     return {"source_size": top[0][:2], "source_sizes": top, "source_label": label}
 
 
-def unavailable(names: list[str], bit_depth: int = 8) -> dict[str, str]:
+def unavailable(names: list[str]) -> dict[str, str]:
     """Why each contender of ``names`` cannot run on this machine (DALI missing, no CUDA GPU, a peer's
-    package missing) or on ``bit_depth``-bit data (the peers run the 8-bit contract only)."""
+    package missing)."""
     import torch
 
     from dali_backend.dali.devices import dali_importable
@@ -290,8 +290,6 @@ def unavailable(names: list[str], bit_depth: int = 8) -> dict[str, str]:
             why[name] = no_dali
         elif name.endswith("dali-gpu") and torch.cuda.device_count() == 0:
             why[name] = "no CUDA GPU on this machine (torch.cuda.device_count() == 0)"
-        elif name in PEERS and bit_depth != 8:
-            why[name] = f"the peers decode 8-bit files; --bit-depth {bit_depth} has no peer (run them with --bit-depth 8)"
         elif name in PEERS:
             from .peers import missing
 
@@ -328,7 +326,9 @@ def run(args) -> int:
     out_json = args.json or Path("bench-results/bench.json")
     names = list(args.only or CONTENDERS)
     names += [p for p in PEERS if args.peers and p not in names]
-    skipped = unavailable(names, args.bit_depth)
+    skipped = unavailable(names)
+    skipped |= {n: f"the peers decode 8-bit files; --bit-depth {args.bit_depth} has no peer (run them at 8 bits)"
+                for n in names if n in PEERS and args.bit_depth != 8}
     for name, why in skipped.items():
         if args.only or name in PEERS:  # asked for: say why it does not run (the default list skips quietly)
             log.warning("bench: skipping %s: %s", name, why)
