@@ -281,7 +281,7 @@ def _loader_for(name: str, index, size: tuple[int, int], batch_size: int, worker
                 bit_depth: int = 8):
     """The loader of contender ``name``; ``clips`` is the clip contenders' ClipSampler (whose
     ``clip_len`` divides ``batch_size`` frames into clips per batch)."""
-    from dali_backend import DaliLoader, WeightedSampler
+    from dali_backend import DaliLoader
     from dali_backend._own import own
 
     ImageDataset = own("fallback.dataset").ImageDataset
