@@ -31,7 +31,7 @@ from pathlib import Path
 from dali_backend.cli.cliargs import (OneLineParser, add_index_load_arguments, data_or_index, default_cache, output_dir,
                                   output_file, positive_int, run_command, size_list, size_wxh, verbosity_parent)
 
-from . import ALL_CONTENDERS, CLIP_CONTENDERS, CONTENDERS
+from . import ALL_CONTENDERS, CLIP_CONTENDERS, CONTENDERS, PEERS
 
 log = logging.getLogger("bench")
 
@@ -85,6 +85,9 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="workers / threads (default: all cores)")
     p.add_argument("--only", nargs="*", choices=ALL_CONTENDERS, help="run only these contenders (the ceiling always "
                    "runs); the clip contenders (clips-*) run only when named here")
+    p.add_argument("--peers", action="store_true", help="also run what a user would write instead (bench.peers): a "
+                   "hand-written OpenCV DataLoader, albumentations, SPDL and torchdata.nodes thread pipelines, native "
+                   "DALI; each peer whose package is missing is skipped with a line (pip install 'dali-backend[peers]')")
     p.add_argument("--clip-len", type=positive_int, default=8, help="clip contenders: frames per clip (default 8)")
     p.add_argument("--clip-step", type=positive_int, default=4,
                    help="clip contenders: frames between clip starts (default 4: overlapping windows)")
@@ -192,6 +195,16 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
         vs_ceil = "-" if r["ratio_to_ceiling"] is None else f"{r['ratio_to_ceiling']:.2f}"
         print(f"{r['name']:16s} {r['images_per_s']:8.1f} {vs_ceil:>9s} {vs_ref:>11s} {vs_tut:>10s} "
               f"{r['cpu_s_per_image']:9.4f} {over:>15s} {r['peak_rss_mb']:11.0f} {fb:>13s} {r['rss_growth_pct']:12.1f}")
+    for name, why in machine.get("skipped", {}).items():
+        if name in PEERS:
+            print(f"{name:16s} skipped: {why}")
+    same = [r for r in results if "levels_difference" in r]
+    if same:
+        print("the same work? first batch against the fallback's pixels on the same draws, mean |difference| in "
+              "levels (INTER_AREA's own in brackets): " + ", ".join(
+                  f"{r['name']} {r['levels_difference']:.2f}"
+                  + (f" ({r['area_resize_levels']:.2f})" if "area_resize_levels" in r else "")
+                  + ("" if r["labels_match"] else " (LABELS DIFFER)") for r in same))
     for name, why in failed.items():
         last = next((line for line in reversed(why["error"].splitlines()) if line.strip()), "no output")
         print(f"{name:16s} FAILED (exit status {why['exit_status']}): {last[:200]}")
@@ -264,7 +277,8 @@ def size_mix(index) -> dict:
 
 
 def unavailable(names: list[str]) -> dict[str, str]:
-    """Why each contender of ``names`` cannot run on this machine (DALI missing, no CUDA GPU)."""
+    """Why each contender of ``names`` cannot run on this machine (DALI missing, no CUDA GPU, a peer's
+    package missing)."""
     import torch
 
     from dali_backend.dali.devices import dali_importable
@@ -276,6 +290,11 @@ def unavailable(names: list[str]) -> dict[str, str]:
             why[name] = no_dali
         elif name.endswith("dali-gpu") and torch.cuda.device_count() == 0:
             why[name] = "no CUDA GPU on this machine (torch.cuda.device_count() == 0)"
+        elif name in PEERS:
+            from .peers import missing
+
+            if (reason := missing(name)) is not None:
+                why[name] = reason
     return why
 
 
@@ -306,9 +325,12 @@ def run(args) -> int:
 
     out_json = args.json or Path("bench-results/bench.json")
     names = list(args.only or CONTENDERS)
+    names += [p for p in PEERS if args.peers and p not in names]
     skipped = unavailable(names)
+    skipped |= {n: f"the peers decode 8-bit files; --bit-depth {args.bit_depth} has no peer (run them at 8 bits)"
+                for n in names if n in PEERS and args.bit_depth != 8}
     for name, why in skipped.items():
-        if args.only:  # asked for by name: say why it does not run (the default list skips quietly)
+        if args.only or name in PEERS:  # asked for: say why it does not run (the default list skips quietly)
             log.warning("bench: skipping %s: %s", name, why)
     names = [n for n in names if n not in skipped]
     if args.only and not [n for n in names if n != "ceiling"]:

@@ -36,7 +36,7 @@ from dali_backend.util.procstats import dali_operator_cpu_seconds
 
 from .measure import PeakRss, tree_cpu_seconds, tree_rss_mb
 
-from . import CONTENDERS  # noqa: E402,F401  (the names live in the light package module)
+from . import CONTENDERS, PEERS  # noqa: E402,F401  (the names live in the light package module)
 
 
 def window_for(bit_depth: int):
@@ -253,11 +253,35 @@ def recipe_spec(size: tuple[int, int], bit_depth: int = 8):
                             Normalize(IMAGENET_MEAN, IMAGENET_STD)])
 
 
+def contract_sampler(index):
+    """The draws of the preset's loaders and of the peers: the library's sampler, a seeded shuffle."""
+    from dali_backend import WeightedSampler
+
+    return WeightedSampler(index, mode="uniform", seed=0)
+
+
+SAME_WORK = ("fallback", "dali-cpu", "dali-gpu", *PEERS)
+"""The contenders whose first batch is set against the fallback's pixels (:func:`levels_difference`)."""
+
+
+def levels_difference(batch: torch.Tensor, index, size: tuple[int, int], draws) -> float:
+    """Mean absolute difference, in uint8 levels, between a normalised batch of the default contract
+    (``[B, 3, H, W]``) and the fallback's pixels (``ImageDataset.load_uint8``) for the same ``draws``."""
+    from .peers import fallback_dataset
+
+    spec = preset_spec(size)
+    ds = fallback_dataset(index, spec)
+    ref = np.stack([ds.load_uint8(d)[0] for d in draws]).astype(np.float64)  # [B, 1, H, W]
+    scale, shift = (v.astype(np.float64)[:, None, None] for v in spec.normalize_coefficients())
+    levels = (batch.detach().cpu().double().numpy() - shift) / scale
+    return float(np.abs(levels - ref).mean())
+
+
 def _loader_for(name: str, index, size: tuple[int, int], batch_size: int, workers: int, clips=None,
                 bit_depth: int = 8):
     """The loader of contender ``name``; ``clips`` is the clip contenders' ClipSampler (whose
     ``clip_len`` divides ``batch_size`` frames into clips per batch)."""
-    from dali_backend import DaliLoader, WeightedSampler
+    from dali_backend import DaliLoader
     from dali_backend._own import own
 
     ImageDataset = own("fallback.dataset").ImageDataset
@@ -267,6 +291,10 @@ def _loader_for(name: str, index, size: tuple[int, int], batch_size: int, worker
         ds = TutorialDataset(paths, index.labels, size, bit_depth=bit_depth)
         return torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
                                            persistent_workers=True)
+    if name in PEERS:
+        from .peers import peer_loader
+
+        return peer_loader(name, index, preset_spec(size), contract_sampler(index), batch_size, workers)
     if name.startswith("recipe-"):
         name = name[len("recipe-"):]
         ds = ImageDataset(index, recipe_spec(size, bit_depth), seed=0)
@@ -277,7 +305,7 @@ def _loader_for(name: str, index, size: tuple[int, int], batch_size: int, worker
 
         name, sampler, batch_size = name[len("clips-"):], clips, clips_per_batch(batch_size, clips.clip_len)
     else:
-        sampler = WeightedSampler(index, mode="uniform", seed=0)
+        sampler = contract_sampler(index)
     device, backend = {"fallback": ("cpu", "torch"), "dali-cpu": ("cpu", "dali"), "dali-gpu": ("cuda", "dali")}[name]
     return DaliLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=workers, device=device, backend=backend)
 
@@ -296,6 +324,8 @@ def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int
     from dali_backend import SampleIndex
     from dali_backend.errors import ConfigError
 
+    from .peers import AREA_RESIZE, area_resize_difference
+
     index = SampleIndex.load(index_path)
     n_images = len(index)
     clips = None
@@ -306,6 +336,7 @@ def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int
             raise ConfigError(f"contender {name}: no sequences manifest; pass sequences= (bench.clipset.write_sequences)")
         clips = clip_sampler(index, sequences, clip_len, clip_step)
     timed_frames = batches = 0
+    extra: dict = {}
     rates, rss_after = [], []
     first_batch_s = None
     cpu0 = tree_cpu_seconds()
@@ -343,6 +374,7 @@ def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int
                 for x, y in loader:
                     if first_batch_s is None:
                         first_batch_s = time.perf_counter() - t_create
+                        first = (x.clone(), y.clone())  # a loader may reuse its output memory
                     n += len(y) if clips is None else x.shape[0] * x.shape[1]  # clips: B * T frames
                     batches += 1
                 if getattr(getattr(loader, "device", None), "type", None) == "cuda":  # the GPU's work done
@@ -360,9 +392,15 @@ def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int
             pool.join()
         elif hasattr(loader, "close"):
             loader.close()
+    if name in SAME_WORK and bit_depth == 8:  # the same work: the first batch's pixels and labels against the fallback's
+        draws = contract_sampler(index).draws(0)[:len(first[1])]
+        extra["levels_difference"] = levels_difference(first[0], index, size, draws)
+        if name in AREA_RESIZE:
+            extra["area_resize_levels"] = area_resize_difference(index, preset_spec(size), draws)
+        extra["labels_match"] = bool(np.array_equal(first[1].cpu().numpy(), index.labels[[d.index for d in draws]]))
     growth = (rss_after[-1] - rss_after[0]) / rss_after[0] * 100 if len(rss_after) > 1 else 0.0
     timed = n_images * epochs if clips is None else timed_frames  # clips: per frame served
-    extra = {} if clips is None else {"clip_len": clips.clip_len, "clip_step": clips.step,
+    extra |= {} if clips is None else {"clip_len": clips.clip_len, "clip_step": clips.step,
                                       "clips_per_batch": loader.batch_size, "clips_per_epoch": len(clips),
                                       "batches_per_epoch": batches, "frames_per_epoch": n}
     return {
