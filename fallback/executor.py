@@ -71,8 +71,14 @@ class _Uint8View(Dataset):
         self.dataset.reader.prefetch([d.index for d in draws])
         if self.clips is not None:
             T = self.clips.clip_len
-            return [s for k in range(0, len(draws), T) for s in self._clip(draws[k:k + T])]
-        return [self[d] for d in draws]
+            samples = [s for k in range(0, len(draws), T) for s in self._clip(draws[k:k + T])]
+        else:
+            samples = [self[d] for d in draws]
+        if self.timed:  # the intra-op threads the operations ran on, per sample (report(): oversubscription)
+            threads = float(torch.get_num_threads())
+            for s in samples:
+                s[4]["intra_op_threads"] = threads  # dali_backend.telemetry.THREADS_KEY (a layer above)
+        return samples
 
     def _clip(self, draws: list[Draw]) -> list:
         """The samples of one clip's frames under ``on_error="skip"``: every frame of the clip, or every
