@@ -173,7 +173,10 @@ def _sequential(values: NDArray, w: NDArray[np.float32]) -> NDArray[np.float32]:
     """``sum_k w[..., k] * values[..., k]`` over the last axis, each product and each add rounded to
     float32, k in order (DALI's loop)."""
     products = values * w                   # uint8 or float32 times float32: float32
-    return np.add.accumulate(products, axis=-1)[..., -1]   # a running sum: each add rounded, in order
+    acc = products[..., 0].copy()
+    for k in range(1, products.shape[-1]):  # a running sum: each add rounded, in order (what
+        acc += products[..., k]             # np.add.accumulate does, without its per-row inner loops)
+    return acc
 
 
 def _as_hwc(img: Image) -> Image:
