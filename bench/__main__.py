@@ -261,10 +261,10 @@ def unavailable(names: list[str]) -> dict[str, str]:
     """Why each contender of ``names`` cannot run on this machine (DALI missing, no CUDA GPU)."""
     import torch
 
-    from dali_backend.dali.devices import _dali_importable
+    from dali_backend.dali.devices import dali_importable
 
     why = {}
-    no_dali = _dali_importable()
+    no_dali = dali_importable()
     for name in names:
         if "dali" in name and no_dali:
             why[name] = no_dali

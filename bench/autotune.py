@@ -16,7 +16,7 @@ import time
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.telemetry import _dataset, _train
+    from bench.telemetry import synthetic_dataset, timed_pass
     from dali_backend import DaliLoader, WeightedSampler
     from dali_backend.facade.autotune import candidates, usable_cores
 
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="+", default=["torch", "dali-cpu"], choices=["torch", "dali-cpu"])
     p.add_argument("--json")
     args = p.parse_args(argv)
-    ds, index = _dataset(args.images)
+    ds, index = synthetic_dataset(args.images)
     kinds = {"torch": dict(backend="torch", device="cpu"), "dali-cpu": dict(backend="dali", device="cpu")}
     os.environ["DALI_BACKEND_AUTOTUNE"] = "refresh"  # calibrate afresh, not from an earlier run's cache
     rows = []
@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         for workers in candidates(kind, usable_cores()):
             sampler = WeightedSampler(index, num_samples=args.batches * 16, seed=0)
             with DaliLoader(ds, batch_size=16, sampler=sampler, num_workers=workers, **kinds[kind]) as loader:
-                _train(loader, 0.0)  # warm
-                grid[workers] = max(n / wall for _, wall, n in (_train(loader, 0.0) for _ in range(args.passes)))
+                timed_pass(loader, 0.0)  # warm
+                grid[workers] = max(n / wall for _, wall, n in (timed_pass(loader, 0.0) for _ in range(args.passes)))
         t0 = time.perf_counter()
         with DaliLoader(ds, batch_size=16, num_workers="auto", **kinds[kind]) as loader:
             chosen, table = loader.num_workers, loader.autotune["table"]

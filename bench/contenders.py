@@ -306,7 +306,7 @@ def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int
                         first_batch_s = time.perf_counter() - t_create
                     n += len(y) if clips is None else x.shape[0] * x.shape[1]  # clips: B * T frames
                     batches += 1
-                if name.endswith("dali-gpu"):
+                if getattr(getattr(loader, "device", None), "type", None) == "cuda":  # the GPU's work done
                     torch.cuda.synchronize()
             dt = time.perf_counter() - t0
             if epoch > 0:

@@ -76,7 +76,7 @@ def measure(index, backend: str, grouped: bool, *, batch_size: int, short: int, 
                     valid += int((hw[:, 0] * hw[:, 1]).sum())
                     total += x.shape[0] * x.shape[-2] * x.shape[-1]
                     images += len(hw)
-            if backend == "dali-gpu":  # the last batch's work finished before the clock stops
+            if loader.device.type == "cuda":  # the last batch's work finished before the clock stops
                 import torch
 
                 torch.cuda.synchronize()
@@ -94,10 +94,10 @@ def available_backends() -> list[str]:
     """The loaders this machine runs: the fallback, DALI's CPU graph when DALI imports, its GPU one with CUDA."""
     import torch
 
-    from dali_backend.dali.devices import _dali_importable
+    from dali_backend.dali.devices import dali_importable
 
     names = ["torch"]
-    if not _dali_importable():
+    if not dali_importable():
         names.append("dali-cpu")
         if torch.cuda.device_count():
             names.append("dali-gpu")

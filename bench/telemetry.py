@@ -21,7 +21,7 @@ import json
 import time
 
 
-def _dataset(images: int):
+def synthetic_dataset(images: int):
     """The benchmark's synthetic data set (generated once, cached like ``python -m bench``'s)."""
     from dali_backend import AugmentSpec, SampleIndex
     from dali_backend.cli.cliargs import default_cache
@@ -43,7 +43,7 @@ def _loader(ds, index, kind: str, batches: int, **kw):
     return DaliLoader(ds, batch_size=16, sampler=sampler, **args, **kw)
 
 
-def _train(loader, step_s: float) -> tuple[float, float, int]:
+def timed_pass(loader, step_s: float) -> tuple[float, float, int]:
     """(the loop's own data-wait fraction, wall, images)."""
     waited, n, start = 0.0, 0, time.perf_counter()
     it = iter(loader)
@@ -65,10 +65,10 @@ def overhead(ds, index, kind: str, passes: int, batches: int) -> dict:
     on, off = _loader(ds, index, kind, batches, telemetry=True), _loader(ds, index, kind, batches, telemetry=False)
     rates: dict[str, list[float]] = {"on": [], "off": []}
     with on, off:
-        _train(on, 0.0), _train(off, 0.0)  # warm: workers, pipelines, page cache
+        timed_pass(on, 0.0), timed_pass(off, 0.0)  # warm: workers, pipelines, page cache
         for _ in range(passes):
             for name, loader in (("on", on), ("off", off)):
-                _, wall, n = _train(loader, 0.0)
+                _, wall, n = timed_pass(loader, 0.0)
                 rates[name].append(n / wall)
     best_on, best_off = max(rates["on"]), max(rates["off"])
     return {"kind": kind, "img_per_s_on": round(best_on, 1), "img_per_s_off": round(best_off, 1),
@@ -110,8 +110,8 @@ def injected(ds, index, kind: str, batches: int) -> list[dict]:
             SampleReader.read = lambda self, i, epoch=None, _d=read_delay_s: (time.sleep(_d), read(self, i, epoch))[1]
         try:
             with _loader(ds, index, kind, batches) as loader:  # workers fork after the patch: they inherit it
-                _train(loader, 0.0)
-                truth, _, _ = _train(loader, step_s)
+                timed_pass(loader, 0.0)
+                truth, _, _ = timed_pass(loader, step_s)
                 m = loader.metrics()
                 verdict = loader.report(m).splitlines()[1]
         finally:
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plot", help="also run the changing-step run and write its plot here (PNG)")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
-    ds, index = _dataset(args.images)
+    ds, index = synthetic_dataset(args.images)
     out: dict = {"overhead": [], "injected": [], "bookkeeping": bookkeeping_cost()}
     for kind in args.only:
         out["overhead"].append(overhead(ds, index, kind, args.passes, args.batches))

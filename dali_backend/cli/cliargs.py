@@ -475,7 +475,7 @@ def load_data(path: Path, root: Path | None = None, no_check: bool = False, prog
         raise type(e)(f"{arg} {str(path)!r}: {e}") from e
 
 
-def _encoded(text: str) -> bytes:
+def disk_bytes(text: str) -> bytes:
     """UTF-8 bytes of ``text``; a name that was not UTF-8 on disk gets its own bytes back."""
     try:
         return text.encode("utf-8", "surrogateescape")
@@ -483,6 +483,6 @@ def _encoded(text: str) -> bytes:
         return text.encode("utf-8", "backslashreplace")
 
 
-def _shown(text: str) -> str:
+def printable(text: str) -> str:
     """``text`` printable on any stdout: bytes of names that are not UTF-8 on disk shown as ``\\xff``."""
-    return _encoded(text).decode("utf-8", "backslashreplace")
+    return disk_bytes(text).decode("utf-8", "backslashreplace")

@@ -18,8 +18,9 @@ from pathlib import Path
 from .cliargs import (OneLineParser, operation_list, add_index_load_arguments, class_list, data_or_index, default_cache,
                       dir_or_url, existing_dir, fraction, index_file, int_range, keyword_rules, load_data, output_dir,
                       output_file, positive_int, run_command, size_wxh, text_encoding, verbosity_parent, milliseconds,
-                      workers_count, _encoded, _shown)
+                      workers_count, disk_bytes, printable)
 from ..errors import FallbackWarning, FilesNotIndexedWarning
+from ..facade.executors import Engine, backend_choices
 from ..index import check_output_path, write_atomic
 from .pictures import MAX_PREVIEW_DRAWS, cmd_preview, save_preview
 
@@ -114,7 +115,7 @@ def _update_index(args) -> int:
         index, what = update_index(old, workers=args.workers)
     log.debug("index updated in %.2f s", time.perf_counter() - t0)
     index.save(out)
-    print(_shown(f"index of {len(index)} files written to {out} ({what})"))
+    print(printable(f"index of {len(index)} files written to {out} ({what})"))
     _write_rejected(index, report)
     return 0
 
@@ -125,7 +126,7 @@ def _write_rejected(index, report: Path) -> None:
                      "rejected-files report")
         listed = " and ".join(f"{n} {what} file{'s' if n != 1 else ''}" for n, what in
                               ((len(index.rejected), "rejected"), (len(index.ignored_files), "ignored")) if n)
-        print(_shown(f"{listed} listed in {report}"))
+        print(printable(f"{listed} listed in {report}"))
 
 
 def cmd_index(args) -> int:
@@ -148,7 +149,7 @@ def cmd_index(args) -> int:
     log.debug("index built in %.2f s", time.perf_counter() - t0)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     index.save(args.out)
-    print(_shown(f"index of {len(index)} files written to {args.out}"))
+    print(printable(f"index of {len(index)} files written to {args.out}"))
     _write_rejected(index, report)
     return 0
 
@@ -161,7 +162,7 @@ def _rejected_csv(rejected, ignored=()) -> bytes:
 
     lines = (["path,reason"] + [f"{cell(r.path)},{cell(r.reason)}" for r in rejected]
              + [f"{cell(r.path)},{cell('ignored: ' + r.reason)}" for r in ignored])
-    return _encoded("\n".join(lines) + "\n")
+    return disk_bytes("\n".join(lines) + "\n")
 
 
 def cmd_pack(args) -> int:
@@ -169,7 +170,7 @@ def cmd_pack(args) -> int:
 
     index = load_data(args.data, args.root, args.no_check)
     packed = pack(index, args.out, shard_bytes=args.shard_mb << 20)
-    print(_shown(f"{len(packed)} samples packed into {len(packed.shards.names)} shards in {args.out}; index: "
+    print(printable(f"{len(packed)} samples packed into {len(packed.shards.names)} shards in {args.out}; index: "
                  f"{args.out / INDEX_NAME}"))
     return 0
 
@@ -183,7 +184,7 @@ def cmd_split(args) -> int:
         part.save(out)
     for name, part in (("train", train), ("val", val)):
         counts = ", ".join(f"{c} {k}" for c, k in zip(part.classes, part.class_counts()))
-        print(_shown(f"{name}: {len(part)} files ({counts})"))
+        print(printable(f"{name}: {len(part)} files ({counts})"))
     return 0
 
 
@@ -336,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--batch-size", type=positive_int, default=32)
     d.add_argument("--workers", type=int_range(0), default=os.cpu_count() or 1, help="loader workers / DALI threads")
     d.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    d.add_argument("--backend", default="auto", choices=["auto", "dali", "torch"])
+    d.add_argument("--backend", default="auto", choices=backend_choices())
     d.add_argument("--seed", type=int, default=0)
 
     i = add("index", cmd_index, "index a folder, a manifest or keyword-labelled files; report rejects",
@@ -404,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--size", type=positive_int, default=192, help="tile size in pixels (default 192)")
     v.add_argument("--color", default="gray", choices=["gray", "rgb"])
     v.add_argument("--fit", default="stretch", choices=["stretch", "letterbox"])
-    v.add_argument("--backend", default="auto", choices=["auto", "torch"], help="torch: skip the DALI column")
+    v.add_argument("--backend", default="auto", choices=["auto", Engine.TORCH.value], help="torch: skip the DALI column")
     v.add_argument("--ops", type=operation_list, default=None, help="an operation list instead of the preset (then --size/--color/--fit are "
                                                "ignored): the list you train with, e.g. 'RandomResizedCrop(192), "
                                                "RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4), Normalize(...)' "
@@ -424,7 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--workers", type=workers_count, default=0,
                    help="loader workers / DALI threads, or 'auto' to calibrate (default 0: the loader's default)")
     g.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    g.add_argument("--backend", default="auto", choices=["auto", "dali", "torch"])
+    g.add_argument("--backend", default="auto", choices=backend_choices())
     g.add_argument("--size", type=positive_int, default=224, help="square output size of the preset (default 224)")
     g.add_argument("--ops", type=operation_list, default=None,
                    help="your training's operation list instead of the preset, e.g. 'RandomResizedCrop(224), "

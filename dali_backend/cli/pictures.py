@@ -9,7 +9,7 @@ from pathlib import Path
 import logging
 import warnings
 
-from .cliargs import _shown, load_data
+from .cliargs import printable, load_data
 from ..errors import FallbackWarning, OutputFileError
 from ..index import write_atomic
 
@@ -36,7 +36,7 @@ def save_preview(images, labels, classes, spec, path: Path, columns: int = 8) ->
         r, c = divmod(i, columns)
         tile = np.ascontiguousarray(x[i])
         grid[r * (h + 18) + 18:(r + 1) * (h + 18), c * w:(c + 1) * w] = tile
-        _text(grid, classes[int(labels[i])], c * w + 3, r * (h + 18) + 13, w - 6, 0.45, (255, 255, 255))
+        draw_text(grid, classes[int(labels[i])], c * w + 3, r * (h + 18) + 13, w - 6, 0.45, (255, 255, 255))
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_image(path, grid)
 
@@ -56,7 +56,7 @@ def _write_image(path: Path, img) -> None:
     write_atomic(path, lambda f: f.write(data.tobytes()), "preview image")
 
 
-def _text(img, text: str, x: int, y: int, max_width: int, scale: float = 0.5, color=(0, 0, 0)) -> None:
+def draw_text(img, text: str, x: int, y: int, max_width: int, scale: float = 0.5, color=(0, 0, 0)) -> None:
     """Text at (x, y), shrunk until it fits in ``max_width`` pixels, then cut (ending in ``.``) if it
     still does not: a caption never runs into its neighbour's."""
     import cv2
@@ -82,8 +82,8 @@ def _histogram(classes, counts, width: int, height: int):
         h = int((height - 45) * k / top)
         x = 10 + i * bar_w
         cv2.rectangle(img, (x + 4, height - 25 - h), (x + bar_w - 4, height - 25), (150, 110, 60), -1)
-        _text(img, f"{c} {k / max(1, counts.sum()):.0%}", x + 4, height - 8, bar_w - 6, 0.4)
-    _text(img, "classes drawn in one sampler epoch", 10, 15, width - 20, 0.45)
+        draw_text(img, f"{c} {k / max(1, counts.sum()):.0%}", x + 4, height - 8, bar_w - 6, 0.4)
+    draw_text(img, "classes drawn in one sampler epoch", 10, 15, width - 20, 0.45)
     return img
 
 
@@ -102,20 +102,25 @@ def letterbox_tile(img, width: int, height: int, fill: int = 48):
     return tile
 
 
+def is_crop(op) -> bool:
+    """Whether ``op`` crops a window of its input (the crops of :mod:`dali_backend.transforms.crop` say
+    which: ``window(params)``)."""
+    return callable(getattr(op, "window", None))
+
+
 def crop_windows(spec, params: list[dict], size: tuple[int, int]) -> list[tuple[str, tuple[float, float, float, float]]]:
     """Each crop's window of one draw in the *original* image's pixels: ``[(op name, (top, left, h, w))]``.
 
     Windows are traced back through the operations before them while those only resize (exact or
     shorter side) or change values; after a flip, turn, rotation or letterbox the trace stops (a
     rectangle would no longer be a rectangle of the original), and later crops are not drawn."""
-    from ..transforms.crop import _Crop
     from ..transforms.resize import Resize
 
     out = []
     top, left, sy, sx = 0.0, 0.0, 1.0, 1.0  # the current frame's pixel (y, x) = (top + sy*y, left + sx*x)
     h, w = size
     for op, p in zip(spec.transforms, params, strict=True):
-        if isinstance(op, _Crop):
+        if is_crop(op):
             t, l, ch, cw = op.window(p)
             out.append((type(op).__name__, (top + sy * t, left + sx * l, sy * ch, sx * cw)))
             nh, nw = op.output_size((h, w), p)
@@ -143,10 +148,10 @@ def cmd_preview(args) -> int:
     ImageDataset, ops = own("fallback.dataset").ImageDataset, own("fallback.ops")
 
     from ..core.augment import AugmentSpec
-    from ..dali.devices import _dali_importable
+    from ..dali.devices import dali_importable
+    from ..facade.executors import Engine
     from ..facade.loader import DaliLoader
     from ..sampling.sampler import WeightedSampler
-    from ..transforms.crop import _Crop as _CropOp
 
     index = load_data(args.data, args.root, args.no_check)
     not_shown = []
@@ -161,7 +166,7 @@ def cmd_preview(args) -> int:
     fallback = [ds.load_uint8(d)[0] for d in draws]
     columns = ["original", "fallback"]
     dali_imgs = None
-    why_not = _dali_importable() if args.backend != "torch" else "--backend torch"
+    why_not = dali_importable() if args.backend != Engine.TORCH else "--backend torch"
     if why_not is None:
         with warnings.catch_warnings():  # the column header names the backend that ran
             warnings.simplefilter("ignore", FallbackWarning)
@@ -195,27 +200,27 @@ def cmd_preview(args) -> int:
                  for x in tiles]
         label += "  " + "  ".join(op.describe(p) for op, p in zip(spec.transforms, params) if p)
         bar = np.full((20, tw * len(tiles), 3), 255, np.uint8)
-        _text(bar, label, 4, 14, tw * len(tiles) - 8, 0.42)
+        draw_text(bar, label, 4, 14, tw * len(tiles) - 8, 0.42)
         rows.append(np.vstack([bar, np.hstack(tiles)]))
     width = rows[0].shape[1]
     recipe = np.full((18, width, 3), 255, np.uint8)
-    _text(recipe, "ops: " + " > ".join(repr(op) if len(spec.transforms) < 3 else type(op).__name__
+    draw_text(recipe, "ops: " + " > ".join(repr(op) if len(spec.transforms) < 3 else type(op).__name__
                                       for op in spec.transforms)
           + (f"  (not shown: {', '.join(not_shown)}; pixels before normalisation)" if not_shown else "")
-          + ("  red: crop window on the original" if any(isinstance(op, _CropOp) for op in spec.transforms) else ""),
+          + ("  red: crop window on the original" if any(is_crop(op) for op in spec.transforms) else ""),
           4, 13, width - 8, 0.4)
     head = np.full((22, width, 3), 255, np.uint8)
     for c, name in enumerate(columns):
-        _text(head, name, c * tw + 4, 16, tw - 8)
+        draw_text(head, name, c * tw + 4, 16, tw - 8)
     parts = [recipe, head]
     if dali_imgs is not None:
         legend = np.full((18, width, 3), 255, np.uint8)
-        _text(legend, f"last column: |fallback - DALI| per pixel x{DIFF_GAIN} (black: identical, white: "
+        draw_text(legend, f"last column: |fallback - DALI| per pixel x{DIFF_GAIN} (black: identical, white: "
                       f">= {256 // DIFF_GAIN} levels apart)", 4, 13, width - 8, 0.4)
         parts.append(legend)
     counts = np.bincount(index.labels[sampler.global_draw()], minlength=len(index.classes))
     grid = np.vstack([*parts, *rows, _histogram(index.classes, counts, width, max(120, th // 2))])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     _write_image(args.out, grid)
-    print(_shown(f"preview of {len(draws)} draws ({', '.join(columns)}) written to {args.out}"))
+    print(printable(f"preview of {len(draws)} draws ({', '.join(columns)}) written to {args.out}"))
     return 0

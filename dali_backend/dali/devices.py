@@ -14,7 +14,7 @@ from ..errors import ConfigError
 log = logging.getLogger("dali_backend")
 
 
-def _dali_importable() -> str | None:
+def dali_importable() -> str | None:
     """None when DALI imports, else why not."""
     try:
         import nvidia.dali  # noqa: F401
@@ -87,7 +87,7 @@ def local_ranks() -> tuple[int, int]:
     return rank, world
 
 
-def _local_device_id() -> int:
+def local_device_id() -> int:
     """This process's GPU: ``LOCAL_RANK`` (torchrun), else ``SLURM_LOCALID`` (srun), else the distributed
     rank, modulo the visible GPU count; only a single process outside those launchers follows torch's
     current device (its ``set_device``), and only once torch initialised CUDA.

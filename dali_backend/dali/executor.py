@@ -13,15 +13,15 @@ from ..errors import BadImageError, ConfigError, ExecutorFailed, LoaderWorkerErr
 from ..util.procstats import dali_operator_cpu_seconds
 from ..core.reading import ClipTable
 from .failures import parse_dali_failure, worker_config_error
-from .runner import _ClipChanged, _DaliRunner
+from .runner import ClipChanged, DaliRunner
 from .wire import Col
 
 log = logging.getLogger("dali_backend")
 CLIP_REPLAYS = 2  # runs again of one batch for a frame that changed while its clip was read
 
 
-class _DaliExecutor:
-    """The DALI executor: planned batches in, uint8 batches out, through a :class:`_DaliRunner`.
+class DaliExecutor:
+    """The DALI executor: planned batches in, uint8 batches out, through a :class:`DaliRunner`.
 
     The runner is rebuilt when it fails (a dead worker, DALI's error, an interruption at an unknown
     point). When DALI raises, ``run`` raises :class:`ExecutorFailed`; ``recover`` finds the file
@@ -33,16 +33,16 @@ class _DaliExecutor:
         self.samples, self.on_error, self._runner_args = samples, on_error, runner_args
         self.clips = clips if on_error == "skip" else None  # clips: whole clips are replaced under skip
         self._clip_replays: dict[tuple, int] = {}  # (frame, epoch): batches run again for it
-        self.runner: _DaliRunner | None = _DaliRunner(samples, **runner_args)
+        self.runner: DaliRunner | None = DaliRunner(samples, **runner_args)
         self.device = self.runner.device
 
     def run(self, rows: np.ndarray, key, plan_next):
-        """Batches of ``rows``; see :meth:`_DaliRunner.run`."""
+        """Batches of ``rows``; see :meth:`DaliRunner.run`."""
         return self._live_runner().run(key, rows, plan_next)
 
     def worker_pids(self) -> list[int]:
         """The pids of the current pipeline's Python reader workers."""
-        return list(self.runner._worker_pids) if self.runner is not None else []
+        return list(self.runner.worker_pids) if self.runner is not None else []
 
     def engine_cpu_s(self) -> float | None:
         """CPU seconds of DALI's operator threads in this process so far (decoding and the operations;
@@ -55,7 +55,7 @@ class _DaliExecutor:
         :data:`CLIP_REPLAYS` times for one frame: then its error is raised)."""
         if self.runner is not None:
             self.runner.close()
-        if isinstance(failure, _ClipChanged):
+        if isinstance(failure, ClipChanged):
             bad = failure.bad
             key = (bad.index, bad.epoch)
             self._clip_replays[key] = self._clip_replays.get(key, 0) + 1
@@ -65,14 +65,14 @@ class _DaliExecutor:
             return
         self._refuse_files_dali_failed_on(failure)
 
-    def _live_runner(self) -> _DaliRunner:
+    def _live_runner(self) -> DaliRunner:
         runner = self.runner
         if runner is None or runner.broken is not None:
             if runner is not None:
                 log.info("DaliLoader: starting a new DALI pipeline (the previous one failed: %s)",
                          str(runner.broken).splitlines()[0] if str(runner.broken) else type(runner.broken).__name__)
                 runner.close()
-            self.runner = runner = _DaliRunner(self.samples, **self._runner_args)
+            self.runner = runner = DaliRunner(self.samples, **self._runner_args)
         return runner
 
     def _refuse_files_dali_failed_on(self, failure: ExecutorFailed) -> None:

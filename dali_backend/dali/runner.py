@@ -135,7 +135,7 @@ class _PipelineFailed(ExecutorFailed):
         self.error, self.in_flight = error, in_flight
 
 
-class _ClipChanged(ExecutorFailed):
+class ClipChanged(ExecutorFailed):
     """A frame of a clip went bad after the clip's replacement was chosen (it changed, or a read failed,
     between two reader processes' reads): some frames of the clip were served, this one not. The batch
     runs again on a new pipeline, whose readers choose again (``on_error="skip"``, clips)."""
@@ -145,7 +145,7 @@ class _ClipChanged(ExecutorFailed):
         self.bad = bad
 
 
-class _PipelineThread:
+class PipelineThread:
     """Runs DALI's iterator in a thread of its own; the iterating thread waits with a short timeout.
 
     DALI can block forever when a reader worker dies mid-batch (inside ``multiprocessing``'s
@@ -212,7 +212,7 @@ class _PipelineThread:
 _STUCK: list = []  # pipelines whose thread never came back: destroying them would hang
 
 
-class _DaliRunner:
+class DaliRunner:
     """Runs the DALI pipeline over an endless slot stream and cuts it into exact epochs.
 
     ``broken`` is set when the pipeline can no longer be trusted (DALI raised, a worker died, an
@@ -261,7 +261,7 @@ class _DaliRunner:
             self.close()
             raise
         pool = getattr(self.pipe, "_py_pool", None)
-        self._worker_pids = list(pool.pids()) if pool is not None and hasattr(pool, "pids") else []
+        self.worker_pids = list(pool.pids()) if pool is not None and hasattr(pool, "pids") else []
         outputs = ["images", "labels", "slots"] + (["sizes"] if samples.spec.pad_batch is not None else [])
         self.iterator = DALIGenericIterator([self.pipe], outputs, auto_reset=False,
                                             prepare_first_batch=False)
@@ -271,7 +271,7 @@ class _DaliRunner:
         self._next_slot = 0
         self._clean_interrupt = False  # set when a Ctrl-C arrives while waiting for DALI (a safe place)
         self._trim = EveryNth(BATCHES_PER_TRIM)
-        self._caller = _PipelineThread()
+        self._caller = PipelineThread()
         self._handoff = DeviceHandoff() if gpu else None  # DALI's GPU buffers never leave this runner
         _LIVE_RUNNERS.add(self)
 
@@ -279,7 +279,7 @@ class _DaliRunner:
         """Raise :class:`LoaderWorkerError` if one of this pipeline's reader workers has died."""
         if self.closed or os.getpid() != self._pid:
             return
-        for pid in self._worker_pids:
+        for pid in self.worker_pids:
             if _process_dead(pid):
                 error = LoaderWorkerError(
                     f"DALI's Python reader worker (pid {pid}) died (killed by a signal, crashed or out of memory); "
@@ -438,7 +438,7 @@ class _DaliRunner:
             mixed = np.flatnonzero(per_clip.any(axis=1) & ~per_clip.all(axis=1))
             if len(mixed):  # part of a clip served: a frame changed; name a bad frame of that clip
                 k = mixed[0] * self.clip_len + int(np.flatnonzero(~per_clip[mixed[0]])[0])
-                self.broken = error = _ClipChanged(self._bad_draw(int(rows[k, Col.SLOT])))
+                self.broken = error = ClipChanged(self._bad_draw(int(rows[k, Col.SLOT])))
                 raise error
         params = None
         if self.with_params:

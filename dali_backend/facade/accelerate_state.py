@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import sys
 import warnings
+import weakref
 
 import numpy as np
 
 
 UNKNOWN = -1  # Accelerate's remainder for "no length": gather_for_metrics then keeps every row
+_PADDING_WARNED: weakref.WeakSet = weakref.WeakSet()  # loaders that said the padding gather_for_metrics cannot cut
 
 
 def gradient_state():
@@ -73,21 +75,21 @@ def gathered_real(sampler, epoch: int, offset: int, batch_size: int, drop_last: 
     return real if not padding[:real].any() else None
 
 
-def begin(loader, epoch: int, offset: int) -> object | None:
+def begin(loader, epoch: int, offset: int, weighted: bool) -> object | None:
     """Join Accelerate's gradient state for the pass of ``epoch`` from global position ``offset``, with the
-    real rows of its last gathered batch as ``remainder`` (:func:`gathered_real`); returns the state to
+    real rows of its last gathered batch as ``remainder`` (:func:`gathered_real`; ``weighted``: the loader's
+    sampler is a ``WeightedSampler``, the only one whose padding is known); returns the state to
     :func:`end`, or None without an ``Accelerator``."""
     state = gradient_state()
     if state is None:
         return None
-    weighted = loader._plan.weighted  # only a WeightedSampler's padding is known
     real = gathered_real(loader.sampler, epoch, offset, loader.batch_size, loader.drop_last) if weighted else None
     loader.end_of_dataloader, loader.remainder = False, UNKNOWN if real is None else real
     # said only where Accelerate gathers over the sampler's ranks (an Accelerator left in a process that
     # now runs a loader of another world size is not gathering this loader's batches)
     if real is None and weighted and \
-            loader.sampler.world_size == processes() > 1 and not loader._padding_warned:
-        loader._padding_warned = True  # once per loader: a training loop never gathers for metrics
+            loader.sampler.world_size == processes() > 1 and loader not in _PADDING_WARNED:
+        _PADDING_WARNED.add(loader)  # once per loader: a training loop never gathers for metrics
         warnings.warn(
             f"DaliLoader: {loader.sampler!r} pads its last batches in the middle of the batch Accelerate gathers "
             f"({loader.sampler.num_padded} padding draws over {loader.sampler.world_size} processes, batches of "

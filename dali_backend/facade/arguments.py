@@ -10,7 +10,7 @@ from typing import Literal
 
 import numpy as np
 
-from ..dali.devices import _dali_importable, _local_device_id, cuda_device_count
+from ..dali.devices import dali_importable, local_device_id, cuda_device_count
 from ..errors import ConfigError, FallbackWarning
 from .executors import REGISTRY, Engine, executor_kind
 
@@ -41,7 +41,7 @@ def choose_backend(device: str, backend: Backend) -> tuple[str, int | None, str]
         raise ConfigError(f"device={device!r} but CUDA is not available; pass device='auto' to fall back to the CPU")
     if dev == "cpu" and backend == "auto":
         return TORCH, None, "device='cpu' (pass backend='dali' for DALI's CPU graph)"
-    why_not_dali = _dali_importable()
+    why_not_dali = dali_importable()
     if why_not_dali:
         if backend == "dali":
             from ..dali.graph import import_dali
@@ -52,14 +52,14 @@ def choose_backend(device: str, backend: Backend) -> tuple[str, int | None, str]
         return DALI_CPU, None, "device='cpu', backend='dali' was requested"
     if dev == "auto":
         if cuda:
-            return DALI_GPU, _local_device_id(), "CUDA is available and DALI imports"
+            return DALI_GPU, local_device_id(), "CUDA is available and DALI imports"
         if backend == "dali":
             return DALI_CPU, None, "backend='dali' was requested and CUDA is not available"
         return TORCH, None, "CUDA is not available"
     if explicit_id is not None and explicit_id >= cuda_device_count():
         raise ConfigError(f"device={device!r} but this process sees {cuda_device_count()} GPU(s); use cuda:0 .. "
                           f"cuda:{cuda_device_count() - 1} (CUDA_VISIBLE_DEVICES renumbers them)")
-    return DALI_GPU, explicit_id if explicit_id is not None else _local_device_id(), f"device={device!r} was requested"
+    return DALI_GPU, explicit_id if explicit_id is not None else local_device_id(), f"device={device!r} was requested"
 
 
 _ANNOUNCED: set = set()  # fallbacks already announced in this process
@@ -89,7 +89,7 @@ def announce_backend(device: str, backend: str, chosen: str, reason: str) -> Non
 
 
 
-def _refuse_arguments(dataset, sampler, shuffle: bool, batch_sampler, collate_fn, worker_init_fn,
+def refuse_arguments(dataset, sampler, shuffle: bool, batch_sampler, collate_fn, worker_init_fn,
                       batch_transform) -> None:
     """``DataLoader`` arguments this loader cannot honour, or given as the wrong thing: one ConfigError each."""
     from .._own import own
@@ -112,7 +112,7 @@ def _refuse_arguments(dataset, sampler, shuffle: bool, batch_sampler, collate_fn
         raise ConfigError("DaliLoader: sampler and shuffle=True are mutually exclusive (as in DataLoader); drop one")
 
 
-def _check_numbers(*, batch_size, num_workers, prefetch_factor, prefetch_queue_depth, hw_decoder_load,
+def check_numbers(*, batch_size, num_workers, prefetch_factor, prefetch_queue_depth, hw_decoder_load,
                    timeout) -> None:
     """The numeric arguments: a ConfigError naming the argument, its value and what it must be."""
     def integer(v) -> bool:
@@ -146,7 +146,7 @@ _UNUSED = {
 }
 
 
-def _warn_unused(backend: str, num_workers: int, **given) -> None:
+def warn_unused(backend: str, num_workers: int, **given) -> None:
     """Warn once per argument given a value that has no effect on ``backend`` (DataLoader's arguments
     are all accepted; silently ignoring one would hide a mistake)."""
     context = given.pop("multiprocessing_context")

@@ -63,11 +63,11 @@ def cache_home() -> Path:
     return (Path(base) if os.path.isabs(base) else Path.home() / ".cache") / "dali_backend"
 
 
-def _cache_path() -> Path:
+def cache_path() -> Path:
     return cache_home() / CACHE_FILE
 
 
-def _key(dataset, batch_size: int, backend: str, cores: int) -> str:
+def cache_key(dataset, batch_size: int, backend: str, cores: int) -> str:
     from ..dali.devices import local_ranks
 
     what = [socket.gethostname(), os.cpu_count(), cores, local_ranks()[1], backend, dataset.index.fingerprint,
@@ -81,12 +81,12 @@ def _read_cache() -> dict:
     from ..formats.jpeg import open_regular
 
     try:
-        with open_regular(_cache_path()) as f:
+        with open_regular(cache_path()) as f:
             data = json.loads(f.read().decode("utf-8"))
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError) as e:
         if not isinstance(e, FileNotFoundError):
-            log.info("autotune: its cache %s cannot be used (%s); measuring again", _cache_path(), e)
+            log.info("autotune: its cache %s cannot be used (%s); measuring again", cache_path(), e)
         return {}
 
 
@@ -112,7 +112,7 @@ def _entry_problem(entry, backend: str, cores: int) -> str | None:
 def _write_cache(entries: dict) -> None:
     from ..index import write_atomic
 
-    path = _cache_path()
+    path = cache_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, lambda f: f.write(json.dumps(entries, indent=1).encode()), what="autotune cache")
@@ -146,7 +146,7 @@ def choose_workers(make_loader, dataset, batch_size: int, backend: str,
 
     ``make_loader(workers, sampler)`` builds a loader like the one being tuned, with that setting."""
     cores = usable_cores()
-    key = _key(dataset, batch_size, backend, cores)
+    key = cache_key(dataset, batch_size, backend, cores)
     cache = _read_cache()
     problem = _entry_problem(cache[key], backend, cores) if key in cache else None
     if problem:
@@ -155,7 +155,7 @@ def choose_workers(make_loader, dataset, batch_size: int, backend: str,
     if key in cache and not problem and os.environ.get("DALI_BACKEND_AUTOTUNE") != "refresh":
         entry = cache[key]
         log.info("autotune: num_workers=%d for this machine and data set (cached in %s; measured %s)",
-                 entry["chosen"], _cache_path(), entry["table"])
+                 entry["chosen"], cache_path(), entry["table"])
         return int(entry["chosen"]), {**entry, "cached": True}
     table: dict[int, float] = {}
     start = time.perf_counter()
@@ -177,3 +177,13 @@ def choose_workers(make_loader, dataset, batch_size: int, backend: str,
     cache[key] = entry
     _write_cache(cache)
     return chosen, {**entry, "cached": False}
+
+
+def tune_workers(loader_class, dataset, batch_size: int, chosen: str, **kwargs) -> tuple[int, dict]:
+    """``num_workers="auto"``: :func:`choose_workers` with temporary ``loader_class(dataset, batch_size,
+    sampler=..., num_workers=..., **kwargs)`` loaders like the one being made, on the ``chosen`` backend."""
+
+    def make_loader(workers: int, sampler):
+        return loader_class(dataset, batch_size, sampler=sampler, num_workers=workers, **kwargs)
+
+    return choose_workers(make_loader, dataset, batch_size, chosen)

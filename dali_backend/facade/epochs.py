@@ -118,6 +118,16 @@ class Passes:
         """Where the running pass's global draw starts (> 0 after an elastic resumption)."""
         return self._pass_offset
 
+    @property
+    def frames_per_batch(self) -> int:
+        """Planned rows per batch: ``batch_size`` draws of the plan's ``clip_len`` frames (1 without clips)."""
+        return self.batch_size * self.plan.clip_len
+
+    def cut(self, rows: np.ndarray) -> np.ndarray:
+        """``rows`` (planned, ``frames_per_batch`` a batch) without the last partial batch under ``drop_last``."""
+        size = self.frames_per_batch
+        return rows[:len(rows) // size * size] if self.drop_last else rows
+
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch of the next pass (forwarded to the sampler's and the dataset's ``set_epoch``)."""
         self._select(epoch)

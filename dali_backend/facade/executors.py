@@ -5,7 +5,8 @@ here), as torchvision registers one kernel per input type: a new executor is one
 :func:`register`, and ``DaliLoader(..., backend=name)`` runs on it. The built-in kinds are
 :class:`Engine`'s: DALI on the GPU, DALI on CPU operators, and the OpenCV executor of
 :mod:`fallback.executor`. Elsewhere the tree asks the chosen kind what it is (``kind.dali``,
-``kind.gpu``, ``kind.worker_processes``) instead of comparing backend names as strings.
+``kind.gpu``, ``kind.worker_processes``) instead of comparing backend names as strings: the command
+line's ``--backend`` choices are :func:`backend_choices`, the telemetry's GPU rule :func:`on_gpu`.
 
 Importing this module imports neither torch nor DALI (the command line reads it through
 :mod:`dali_backend.facade.autotune`): each factory imports its executor when it builds one.
@@ -92,15 +93,29 @@ class ExecutorKind:
 
 
 REGISTRY: dict[str, ExecutorKind] = {}
+REQUESTS = ("auto", "dali")  # the request words of DaliLoader's backend argument (they choose an executor)
 
 
 def register(kind: ExecutorKind) -> ExecutorKind:
     """Make ``kind`` choosable as ``DaliLoader(backend=kind.name)``; returns it."""
-    if kind.name in ("auto", "dali"):
+    if kind.name in REQUESTS:
         raise ConfigError(f"register: an executor cannot be named {kind.name!r} (a request word of DaliLoader's "
                           "backend argument); choose another name")
     REGISTRY[kind.name] = kind
     return kind
+
+
+def backend_choices() -> list[str]:
+    """What ``DaliLoader(backend=...)`` accepts now: the request words, then every registered executor
+    (the command line's ``--backend`` choices)."""
+    return [*REQUESTS, *REGISTRY]
+
+
+def on_gpu(name: str) -> bool:
+    """Whether the executor named ``name`` yields its batches on a GPU (False for a name not registered
+    in this process: a metrics dict of another run's executor)."""
+    kind = REGISTRY.get(str(name))
+    return kind is not None and kind.gpu
 
 
 def executor_kind(name: str) -> ExecutorKind:
@@ -123,19 +138,19 @@ def _build_torch(dataset, s: ExecutorSettings) -> Executor:
 
 
 def _build_dali(dataset, s: ExecutorSettings) -> Executor:
-    from ..dali.executor import _DaliExecutor
+    from ..dali.executor import DaliExecutor
 
     runner = dict(batch_size=s.frames_per_batch, gpu=executor_kind(s.name).gpu, device_id=s.device_id,
                   num_workers=s.num_workers, prefetch_queue_depth=s.prefetch_queue_depth,
                   hw_decoder_load=s.hw_decoder_load, py_start_method=s.py_start_method, on_error=s.on_error,
                   timeout=float(s.timeout), worker_init_fn=s.worker_init_fn, with_params=s.with_params, clips=s.clips)
-    return _DaliExecutor(dataset.samples, s.on_error, runner, s.clips)
+    return DaliExecutor(dataset.samples, s.on_error, runner, s.clips)
 
 
 def _dali_unavailable() -> str | None:
-    from ..dali.devices import _dali_importable
+    from ..dali.devices import dali_importable
 
-    return _dali_importable() or None
+    return dali_importable() or None
 
 
 register(ExecutorKind(name=Engine.TORCH.value, build=_build_torch, worker_processes=True))

@@ -26,11 +26,11 @@ import numpy as np
 import torch
 
 from . import accelerate_state
-from .arguments import Backend, _check_numbers, _refuse_arguments, _warn_unused, announce_backend, choose_backend
+from .arguments import Backend, check_numbers, refuse_arguments, warn_unused, announce_backend, choose_backend
 from ..core.boundary import Batch, Executor
 from .executors import ExecutorSettings, executor_kind
-from .changes import DataChangesMixin
-from .clipbatches import ClipBatchesMixin, _sizes
+from .changes import DataChanges
+from .clipbatches import batches_of
 from .epochs import Passes
 from ..errors import ConfigError, ExecutorFailed, LoaderClosedError, StaleIteratorError
 from ..core.reading import check_on_error
@@ -44,17 +44,7 @@ log = logging.getLogger("dali_backend")
 __all__ = ["DaliLoader", "FallbackLoader", "choose_backend"]
 
 
-def _tune_workers(dataset, batch_size: int, chosen: str, **kwargs) -> tuple[int, dict]:
-    """``num_workers="auto"``: calibrate with temporary loaders like this one (:mod:`dali_backend.facade.autotune`)."""
-    from .autotune import choose_workers
-
-    def make_loader(workers: int, sampler) -> DaliLoader:
-        return DaliLoader(dataset, batch_size, sampler=sampler, num_workers=workers, **kwargs)
-
-    return choose_workers(make_loader, dataset, batch_size, chosen)
-
-
-class DaliLoader(DataChangesMixin, ClipBatchesMixin):
+class DaliLoader:
     """Drop-in for ``DataLoader`` over an :class:`ImageDataset`, on DALI when it can.
 
     One facade over two executors: DALI's graph (GPU or CPU operators) or OpenCV in DataLoader
@@ -151,11 +141,9 @@ class DaliLoader(DataChangesMixin, ClipBatchesMixin):
     ``accelerator.gather_for_metrics`` counts each sample once (:mod:`dali_backend.facade.accelerate_state`).
     """
 
-    _pass_clips: np.ndarray | None = None  # this pass's clip draws [n, 2] (clip, position), with a ClipSampler
     # Accelerate's loader protocol (gather_for_metrics; see dali_backend.facade.accelerate_state): set during a pass
     end_of_dataloader: bool = False  # the pass's last batch is out
     remainder: int = -1  # real rows of the last batch gathered from every process (0: no padding; -1: unknown)
-    _padding_warned = False  # the padding gather_for_metrics cannot cut was said (once per loader)
 
     def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool | None = None, sampler=None,
                  batch_sampler=None, num_workers: int | Literal["auto"] = 0, collate_fn=None, pin_memory: bool = False,
@@ -166,8 +154,8 @@ class DaliLoader(DataChangesMixin, ClipBatchesMixin):
                  py_start_method: str | None = None, on_error: str | None = None, return_meta: bool = False,
                  batch_transform=None, telemetry: bool = True):
         shuffle = bool(shuffle)
-        _refuse_arguments(dataset, sampler, shuffle, batch_sampler, collate_fn, worker_init_fn, batch_transform)
-        _check_numbers(batch_size=batch_size, num_workers=num_workers, prefetch_factor=prefetch_factor,
+        refuse_arguments(dataset, sampler, shuffle, batch_sampler, collate_fn, worker_init_fn, batch_transform)
+        check_numbers(batch_size=batch_size, num_workers=num_workers, prefetch_factor=prefetch_factor,
                        prefetch_queue_depth=prefetch_queue_depth, hw_decoder_load=hw_decoder_load, timeout=timeout)
         # the traversal, one object per sampler kind (facade.plans); checked before any worker starts
         plan = make_plan(sampler, dataset, int(batch_size)) if sampler is not None else None
@@ -178,14 +166,16 @@ class DaliLoader(DataChangesMixin, ClipBatchesMixin):
         announce_backend(device, backend, self.backend, reason)
         self.autotune: dict | None = None  # num_workers="auto": the calibration's measurements
         if num_workers == "auto":
-            num_workers, self.autotune = _tune_workers(dataset, frames_per_batch, self.backend, device=device,
-                                                       backend=backend, prefetch_factor=prefetch_factor,
-                                                       hw_decoder_load=hw_decoder_load, py_start_method=py_start_method,
-                                                       on_error=on_error, timeout=timeout)
+            from .autotune import tune_workers
+
+            num_workers, self.autotune = tune_workers(DaliLoader, dataset, frames_per_batch, self.backend, device=device,
+                                                      backend=backend, prefetch_factor=prefetch_factor,
+                                                      hw_decoder_load=hw_decoder_load, py_start_method=py_start_method,
+                                                      on_error=on_error, timeout=timeout)
         kind = executor_kind(self.backend)  # the one place the executor is chosen (facade.executors)
         context = multiprocessing_context
         context_method = context if isinstance(context, str) or context is None else context.get_start_method()
-        _warn_unused(self.backend, num_workers, pin_memory=pin_memory, pin_memory_device=pin_memory_device,
+        warn_unused(self.backend, num_workers, pin_memory=pin_memory, pin_memory_device=pin_memory_device,
                      hw_decoder_load=hw_decoder_load, prefetch_queue_depth=prefetch_queue_depth,
                      prefetch_factor=prefetch_factor, py_start_method=py_start_method, in_order=in_order,
                      multiprocessing_context=context_method)
@@ -193,15 +183,17 @@ class DaliLoader(DataChangesMixin, ClipBatchesMixin):
             seed = int(generator.initial_seed()) % 2**63
         if seed is None and sampler is None:
             seed = default_seed(shuffle)
-        self.dataset, self.batch_size, self.num_workers = dataset, int(batch_size), int(num_workers)
+        self.batch_size, self.num_workers = int(batch_size), int(num_workers)
         self.drop_last, self.pin_memory, self.timeout = bool(drop_last), pin_memory, timeout
         self.sampler = sampler if sampler is not None else default_sampler(dataset.index, shuffle, seed)
         self._plan = plan if plan is not None else make_plan(self.sampler, dataset, self.batch_size)
         self._passes = Passes(self._plan, self.batch_size, self.drop_last)  # epochs, accounting, resumption
         self.on_error = check_on_error(on_error or dataset.on_error)
         self.return_meta, self.batch_transform = bool(return_meta), batch_transform
-        # on_error="skip" with clips: the readers replace a clip with a bad frame by a whole clip of its class
-        self._clip_table = self.sampler.table() if self._plan.clips else None
+        # what the user gets per batch (frames, or clips regrouped [B, T, ...]); under on_error="skip" with clips
+        # the readers replace a clip with a bad frame by a whole clip of its class (its table)
+        self._batches = batches_of(self._plan, self._passes, self.batch_size, on_error=self.on_error,
+                                   return_meta=self.return_meta)
         if persistent_workers is None:
             persistent_workers = num_workers > 0
         # DataLoader attributes that training frameworks read
@@ -210,7 +202,6 @@ class DaliLoader(DataChangesMixin, ClipBatchesMixin):
         self.multiprocessing_context, self.pin_memory_device, self.in_order = context, pin_memory_device, True
         self._closed = False
         self._pass = 0  # passes started; an iterator of an older pass is stale
-        self._executor: Executor
         if kind.dali:
             if py_start_method is None and context_method in ("fork", "spawn"):
                 py_start_method = context_method
@@ -219,17 +210,21 @@ class DaliLoader(DataChangesMixin, ClipBatchesMixin):
         settings = ExecutorSettings(
             name=self.backend, frames_per_batch=frames_per_batch, on_error=self.on_error, num_workers=self.num_workers,
             device_id=device_id, timeout=timeout, worker_init_fn=worker_init_fn, with_params=self.return_meta,
-            timed=bool(telemetry), clips=self._clip_table, pin_memory=pin_memory, pin_memory_device=pin_memory_device,
+            timed=bool(telemetry), clips=self._batches.table, pin_memory=pin_memory, pin_memory_device=pin_memory_device,
             prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, multiprocessing_context=context,
             prefetch_queue_depth=prefetch_queue_depth, hw_decoder_load=hw_decoder_load, py_start_method=py_start_method)
-
-        def make_executor(ds) -> Executor:
-            return kind.build(ds, settings)
-        self._make_executor = make_executor  # again when a data change moves to another index (update_index)
-        self._datasets = {dataset.index.fingerprint: dataset}  # the running index's dataset (changes.py: only it)
-        self._executor = make_executor(dataset)  # DALI's workers start now, before the user's CUDA work
+        make_executor = lambda ds: kind.build(ds, settings)  # noqa: E731 - again after an update_index
+        self._executor: Executor = make_executor(dataset)  # DALI's workers start now, before the user's CUDA work
         self.device = self._executor.device
         self._telemetry = LoaderTelemetry(self.backend, self._executor) if telemetry else None
+        # exclude / update_index; a new executor (make_executor) when an epoch draws from another index
+        self._changes = DataChanges(self._plan, self._passes, make_executor, self._telemetry)
+
+    @property
+    def dataset(self):
+        """The :class:`ImageDataset` of the running index (the one given, or after :meth:`update_index` one
+        over the index the running epoch draws from)."""
+        return self._plan.dataset
 
     # ------------------------------------------------------------------ epochs and passes
     def set_epoch(self, epoch: int) -> None:
@@ -282,22 +277,56 @@ class DaliLoader(DataChangesMixin, ClipBatchesMixin):
         """
         self._passes.load_state_dict(state)
 
+    # ------------------------------------------------------------------ data changes (held: self._changes)
+    def exclude(self, samples, from_epoch: int | None = None) -> int:
+        """Stop drawing ``samples`` from the next epoch on (or from ``from_epoch``); returns that epoch.
+
+        Args:
+            samples: sample positions in the index, or file paths (relative to the index root, or
+                absolute under it): one, or an iterable of them. A file excluded stays excluded in a
+                later index (:meth:`update_index`) that still holds it.
+            from_epoch: the first epoch without them. Default: the epoch after the selected one (the
+                running one mid-epoch, the one just finished between passes). Every rank must make
+                the same change from the same epoch: pass it explicitly in distributed runs.
+
+        Why at an epoch boundary: an epoch's draw is a pure function of (seed, epoch, data
+        schedule), the same on every rank and in a resumed run. A change inside a running epoch
+        would make it depend on when the change was made, which differs between ranks and between
+        a run and its resumption. So the running epoch is never changed; ``len(loader)`` changes at
+        ``from_epoch`` only; a balanced sampler re-balances the classes over the samples left; the
+        change is recorded in :meth:`state_dict` (by path) and replayed by :meth:`load_state_dict`.
+
+        Raises:
+            ConfigError: a sampler other than :class:`WeightedSampler` (the default one is), a
+                ``from_epoch`` whose pass has begun, a sample not in the index, or too few left.
+        """
+        return self._changes.exclude(samples, from_epoch)
+
+    def update_index(self, index, from_epoch: int | None = None) -> int:
+        """Draw from ``index`` from the next epoch on (or from ``from_epoch``); returns that epoch.
+
+        ``index`` is typically ``loader.dataset.index.update()``: files added since are appended and
+        can be drawn from then on, removed ones are gone, unchanged ones keep their order. Its classes
+        must start with the current ones (class ids keep their meaning). At that epoch the loader
+        switches to a dataset over ``index`` (the same augmentation, seed and ``on_error``) and starts
+        its workers again (once per index change: DALI's and torch's workers hold the index).
+        The same rules as :meth:`exclude`: from an epoch boundary on, recorded in the state (by the
+        index's fingerprint: a resumed run passes the same index again with this method, before that
+        epoch).
+
+        Raises:
+            ConfigError: as :meth:`exclude`; classes that do not extend the current ones;
+                ``mode="weights"`` (per-sample weights cannot follow another index).
+        """
+        return self._changes.update_index(index, from_epoch)
+
     def _rows(self, epoch: int) -> np.ndarray | None:
         """This rank's planned draws of ``epoch`` as ``[n, 4]`` (index, epoch, position, kind), cut by
         ``drop_last``; None (nothing can be planned ahead) when ``epoch`` draws from another index than
         the running executor's, or from one this loader was not given."""
         if self._plan.draws_elsewhere(epoch):
             return None
-        return self._cut(self._plan.rows(epoch))
-
-    @property
-    def _frames_per_batch(self) -> int:
-        """Planned rows per batch: ``batch_size`` draws of ``clip_len`` frames (1 without clips)."""
-        return self.batch_size * self.clip_len
-
-    def _cut(self, rows: np.ndarray) -> np.ndarray:
-        size = self._frames_per_batch
-        return rows[:len(rows) // size * size] if self.drop_last else rows
+        return self._passes.cut(self._plan.rows(epoch))
 
     @property
     def batch_sampler(self) -> None:
@@ -326,22 +355,22 @@ class DaliLoader(DataChangesMixin, ClipBatchesMixin):
         self._check_current(token)  # an iterator started after a newer one began must not start an epoch
         passes = self._passes
         epoch = passes.begin_pass()
-        self._use_dataset_of(epoch)
+        self._executor = self._changes.executor_for(epoch, self._executor)
         offset = passes.pending_offset(epoch)
         full = self._plan.rows(epoch, offset)
         passes.epoch_planned = True
         passes.begin_epoch(len(full) // self.clip_len)  # draws: clips when the sampler draws clips
-        plan = self._cut(full)
+        plan = passes.cut(full)
         passes.check_resumable(epoch, plan)
-        self._pass_clips = self._plan.clip_draws(epoch, passes.pass_offset, len(plan) // self.clip_len)
+        self._batches.begin_pass(epoch, len(plan) // self.clip_len)
         telemetry = self._telemetry
         if telemetry is not None:
             telemetry.begin_pass(asked)
-        last_batch = -(-len(plan) // self._frames_per_batch)
-        accelerate = accelerate_state.begin(self, epoch, offset)  # None unless an Accelerator exists
+        last_batch = -(-len(plan) // passes.frames_per_batch)
+        accelerate = accelerate_state.begin(self, epoch, offset, self._plan.weighted)  # None unless an Accelerator exists
         try:
             while True:
-                rows = plan[passes.batches_done * self._frames_per_batch:]
+                rows = plan[passes.batches_done * passes.frames_per_batch:]
                 try:
                     for batch in self._run(epoch, rows):
                         self._check_current(token)
@@ -380,14 +409,7 @@ class DaliLoader(DataChangesMixin, ClipBatchesMixin):
         images = apply_batch_ops(normalize(batch.images, spec), spec, per_draw)
         if self._telemetry is not None:
             batch.stages["normalize"] = batch.stages.get("normalize", 0.0) + time.perf_counter() - t0
-        if self._plan.clips:
-            return self._clip_output(batch, images, per_draw)
-        labels = batch.labels
-        if self.batch_transform is not None:
-            images, labels = self.batch_transform(images, labels)
-        meta = self._passes.batch_meta(batch, per_draw) if self.return_meta else None
-        self._passes.account(batch.planned, batch.served, batch.positions)
-        return (images, labels, *_sizes(batch.sizes)) + (() if meta is None else (meta,))
+        return self._batches.output(batch, images, per_draw, self.batch_transform)
 
     def _run(self, epoch: int, rows: np.ndarray):
         # the key names the plan so that batches DALI prepared ahead are used only for that very plan: the

@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable
 
 from ..errors import ConfigError
+from ..facade.executors import REGISTRY, on_gpu
 
 log = logging.getLogger("dali_backend.metrics")
 
@@ -90,6 +91,8 @@ class LoaderTelemetry:
 
     def __init__(self, backend: str, executor):
         self.backend, self.executor = backend, executor
+        kind = REGISTRY.get(str(backend))  # how its stages are timed: in worker processes (torch's), else DALI's
+        self._how = "torch" if kind is not None and kind.worker_processes else "dali"
         self.current: _Pass | None = None  # the running pass, else the last one (ended), else None
         self.total_wait = self.total_wall = 0.0
         self.total_batches = self.total_images = 0
@@ -176,7 +179,7 @@ class LoaderTelemetry:
         p = self.current
         wall = p.wall(now) if p is not None else 0.0
         running = p is not None and p.end is None
-        out: dict = {"backend": self.backend, "how": HOW["torch" if self.backend == "torch" else "dali"]}
+        out: dict = {"backend": self.backend, "how": HOW[self._how]}
         out["data_wait_s"] = p.wait if p else 0.0
         out["data_wait_fraction"] = _ratio(out["data_wait_s"], wall)
         out["wall_s"] = wall
@@ -293,7 +296,8 @@ def verdict(m: dict, cores: int | None = None) -> str:
     if not stages:
         lines.append("Verdict: the loader is the bottleneck, but its stages were not measured.")
         return "\n".join(lines)
-    if m["backend"] == "dali-gpu":
+    gpu = on_gpu(m["backend"])
+    if gpu:
         stages.pop("decode+augment", None)  # on the GPU: not CPU time
         if not stages:
             lines.append("Verdict: the loader is the bottleneck, and no CPU stage was measured: on the GPU the decoder "
@@ -312,7 +316,7 @@ def verdict(m: dict, cores: int | None = None) -> str:
     if workers and busy is not None:
         lines.append(f"Its {workers} worker process(es) used {busy:.0f}% CPU (100% = one core)"
                      + (f" of {cores} cores" if cores else "") + ".")
-    if m["backend"] == "dali-gpu" and stages.get(worst, 0) < 1.0:
+    if gpu and stages.get(worst, 0) < 1.0:
         lines.append("On the GPU the decoder and the operations are not in these CPU figures: if every stage above "
                      "is cheap, the GPU decoder is the limit (try hw_decoder_load=0.9, or smaller images).")
     lines.append(f"What to change: {advice}.")

@@ -249,8 +249,8 @@ def test_preview_with_an_operation_list_shows_each_tiles_parameters(tmp_path, sm
     from dali_backend import pictures
 
     texts = []
-    real = pictures._text
-    monkeypatch.setattr(pictures, "_text", lambda img, text, *a, **k: (texts.append(text), real(img, text, *a, **k)))
+    real = pictures.draw_text
+    monkeypatch.setattr(pictures, "draw_text", lambda img, text, *a, **k: (texts.append(text), real(img, text, *a, **k)))
     out = tmp_path / "p.png"
     rc = main(["-q", "preview", str(small_root), "--out", str(out), "--n", "2",
                "--ops", "RandomResizedCrop(40), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4)"])

@@ -50,10 +50,10 @@ def test_captions_fit_their_tile_at_small_sizes():
     labels no longer run into the next tile."""
     import numpy as np
 
-    from dali_backend.cli.pictures import _text
+    from dali_backend.cli.pictures import draw_text
 
     for width in (200, 60, 24):
         img = np.zeros((20, 400, 3), np.uint8)
-        _text(img, "normal normal/normal_00009.jpg RandomResizedCrop", 0, 15, width, 0.5, (255, 255, 255))
+        draw_text(img, "normal normal/normal_00009.jpg RandomResizedCrop", 0, 15, width, 0.5, (255, 255, 255))
         columns = np.flatnonzero(img.max(axis=(0, 2)) > 0)
         assert columns.max() < width + 2, (width, columns.max())  # anti-aliasing may touch one pixel more

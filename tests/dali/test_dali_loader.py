@@ -59,7 +59,7 @@ def test_device_cuda_without_dali_is_said_not_silent(ds, monkeypatch):
 
     monkeypatch.setattr(mod, "_ANNOUNCED", set())
     monkeypatch.setattr(mod, "cuda_device_count", lambda: 1)
-    monkeypatch.setattr(mod, "_dali_importable", lambda: "DALI is not installed")
+    monkeypatch.setattr(mod, "dali_importable", lambda: "DALI is not installed")
     with pytest.warns(FallbackWarning, match=r"running torch because DALI is not installed.*device='cuda' was asked"):
         loader = DaliLoader(ds, batch_size=4, device="cuda")
     assert loader.backend == "torch"

@@ -108,7 +108,7 @@ def test_each_torchrun_rank_gets_its_gpu_without_touching_cuda(monkeypatch, loca
     from dali_backend import arguments as mod
 
     launched(monkeypatch, {} if local_rank is None else {"LOCAL_RANK": local_rank}, gpus)
-    assert mod._local_device_id() == want
+    assert mod.local_device_id() == want
 
 
 @pytest.mark.parametrize("case, env, kw, want", [
@@ -129,10 +129,10 @@ def test_each_torchrun_rank_gets_its_gpu_without_touching_cuda(monkeypatch, loca
 ])
 def test_the_gpu_follows_the_launcher_before_torchs_current_device(monkeypatch, case, env, kw, want):
     from dali_backend.facade.arguments import choose_backend
-    from dali_backend.dali.devices import _local_device_id
+    from dali_backend.dali.devices import local_device_id
 
     launched(monkeypatch, env, **{"gpus": 8, **kw})
-    assert _local_device_id() == want, case
+    assert local_device_id() == want, case
     assert choose_backend("cuda", "dali")[1] == want, case  # what DaliLoader(device="cuda") decodes on
 
 
@@ -155,7 +155,7 @@ def test_the_pipeline_thread_works_on_the_chosen_gpu_only(monkeypatch):
     device is GPU 0, and torch work there would initialise CUDA on it."""
     import contextlib
 
-    from dali_backend.dali.runner import _DaliRunner
+    from dali_backend.dali.runner import DaliRunner
 
     log, current = [], [0]
 
@@ -181,7 +181,7 @@ def test_the_pipeline_thread_works_on_the_chosen_gpu_only(monkeypatch):
                         or f"stream of {torch.device(d).index}")
     for name in ("set_device", "current_device", "synchronize"):
         monkeypatch.setattr(torch.cuda, name, lambda *a, n=name: pytest.fail(f"torch.cuda.{n} in the pipeline thread"))
-    runner = object.__new__(_DaliRunner)
+    runner = object.__new__(DaliRunner)
     runner.__dict__.update(gpu=True, iterator=Iterator(), device=torch.device("cuda", 3))
     out, done = runner._produce()
     assert out == {"images": "dali's buffer"} and isinstance(done, Event)

@@ -107,7 +107,7 @@ def bare_runner(done):
     None on the CPU); what the runner does with them is observed through a recording hand-off."""
     import os
 
-    from dali_backend.dali.runner import _DaliRunner
+    from dali_backend.dali.runner import DaliRunner
 
     calls = []
 
@@ -129,9 +129,9 @@ def bare_runner(done):
         def drain(self):
             calls.append(("drain", runner.pipe is not None))
 
-    runner = object.__new__(_DaliRunner)
+    runner = object.__new__(DaliRunner)
     runner.__dict__.update(_caller=Caller(), _handoff=Handoff() if done is not None else None, timeout=0.0,
-                           closed=False, broken=None, _worker_pids=[], _pid=os.getpid(), _clean_interrupt=False,
+                           closed=False, broken=None, worker_pids=[], _pid=os.getpid(), _clean_interrupt=False,
                            pipe=object(), iterator=None, ring=None)
     return runner, calls
 

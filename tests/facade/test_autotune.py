@@ -117,9 +117,9 @@ def measured(monkeypatch):
 
 def plant(ds, backend: str, entry) -> Path:
     """Write ``entry`` as the cached choice for this machine, data set and batch size."""
-    path = autotune._cache_path()
+    path = autotune.cache_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({autotune._key(ds, BATCH, backend, 2): entry}))
+    path.write_text(json.dumps({autotune.cache_key(ds, BATCH, backend, 2): entry}))
     return path
 
 
@@ -130,12 +130,12 @@ def test_empty_or_relative_xdg_cache_home_means_unset(monkeypatch, tmp_path):
     home_cache = tmp_path / ".cache" / "dali_backend" / "autotune.json"
     for value in ("", "relative/cache"):
         monkeypatch.setenv("XDG_CACHE_HOME", value)
-        assert autotune._cache_path() == home_cache
+        assert autotune.cache_path() == home_cache
         assert default_cache() == home_cache.parent  # the demo's synthetic data: the same rule
     monkeypatch.delenv("XDG_CACHE_HOME")
-    assert autotune._cache_path() == home_cache
+    assert autotune.cache_path() == home_cache
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert autotune._cache_path() == tmp_path / "xdg" / "dali_backend" / "autotune.json"
+    assert autotune.cache_path() == tmp_path / "xdg" / "dali_backend" / "autotune.json"
 
 
 GOOD = {"chosen": 2, "table": {"0": 50.0, "1": 100.0, "2": 180.0}, "backend": "torch", "cores": 2, "batch_size": BATCH,
@@ -200,7 +200,7 @@ def in_thread(fn, seconds: float):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_fifo_at_the_cache_path_is_ignored_and_measured_again(ds, cache_home, measured, kind):
-    path = autotune._cache_path()
+    path = autotune.cache_path()
     path.parent.mkdir(parents=True)
     os.mkfifo(path)
     blocked, loader = in_thread(lambda: construct(ds, kind), 60)
@@ -214,5 +214,5 @@ def test_a_fifo_at_the_cache_path_is_ignored_and_measured_again(ds, cache_home, 
 
 
 def test_a_directory_at_the_cache_path_is_measured_again(ds, cache_home, measured):
-    autotune._cache_path().mkdir(parents=True)
+    autotune.cache_path().mkdir(parents=True)
     assert autotune.choose_workers(None, ds, BATCH, "torch")[0] == 2 and measured

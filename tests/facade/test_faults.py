@@ -229,7 +229,7 @@ def test_dead_trainer_leaves_no_worker_and_no_shared_memory(small_root, tmp_path
         it = iter(loader)
         next(it)
         r = loader._runner
-        print("PIDS", *r._worker_pids, flush=True)
+        print("PIDS", *r.worker_pids, flush=True)
         print("SHM", r.ring._shm.name, flush=True)
         for _ in it:
             time.sleep(0.01)
@@ -310,7 +310,7 @@ def test_dead_reader_reaches_an_iterating_thread_within_seconds(small_root, tmp_
         def work():
             it = iter(loader)
             next(it)
-            threading.Timer(0.5, lambda: os.kill(loader._runner._worker_pids[0], signal.SIGKILL)).start()
+            threading.Timer(0.5, lambda: os.kill(loader._runner.worker_pids[0], signal.SIGKILL)).start()
             t0 = time.monotonic()
             try:
                 for _ in it:

@@ -100,10 +100,10 @@ def test_the_guard_sees_a_blocking_copy(monkeypatch):
 
 
 def runner_on(device: torch.device, labels: np.ndarray):
-    """A DALI runner without a pipeline, for its per-batch step :meth:`_DaliRunner._batch`."""
-    from dali_backend.dali.runner import _DaliRunner
+    """A DALI runner without a pipeline, for its per-batch step :meth:`DaliRunner._batch`."""
+    from dali_backend.dali.runner import DaliRunner
 
-    runner = object.__new__(_DaliRunner)
+    runner = object.__new__(DaliRunner)
     index = SimpleNamespace(labels=labels)
     runner.__dict__.update(samples=SimpleNamespace(index=index, spec=SimpleNamespace(pad_batch=None)),
                            with_params=False, clip_len=None, device=device, _queue=deque())
@@ -130,7 +130,7 @@ SPEC = AugmentSpec(ops=[Resize((8, 8)), Normalize(MEAN, STD), RandomErasing(p=1.
 def per_batch_steps(device: torch.device) -> None:
     """What a ``dali-gpu`` pass does per batch on the host: the runner's labels (and padding rows cut
     off), normalisation, the batch operations, and the clip labels."""
-    from dali_backend.facade.clipbatches import ClipBatchesMixin
+    from dali_backend.facade.clipbatches import ClipBatches
 
     runner = runner_on(device, np.arange(8, dtype=np.int64) % 3)
     batch = runner_batch(runner, 8, padded=2)
@@ -140,12 +140,12 @@ def per_batch_steps(device: torch.device) -> None:
     images = apply_batch_ops(images, SPEC, per_draw)
     assert images.shape == (6, 3, 8, 8) and images.device == device
     # clips: 2 clips of 3 frames regrouped, labelled by clip
-    clip_loader = SimpleNamespace(clip_len=3, batch_size=2, _pass_clips=np.array([[0, 0], [1, 0]]),
-                                  sampler=SimpleNamespace(labels=np.array([4, 5])), batch_transform=None,
-                                  return_meta=False, _served_clips=lambda clips, frames: clips,
-                                  _passes=SimpleNamespace(batches_done=0, account=lambda *a: None), _clip_names=None)
+    sampler = SimpleNamespace(labels=np.array([4, 5]), table=lambda: None, frames=lambda c: np.arange(6).reshape(2, 3))
+    plan = SimpleNamespace(sampler=sampler, clip_len=3, clip_draws=lambda epoch, offset, n: np.array([[0, 0], [1, 0]]))
+    clips = ClipBatches(plan, SimpleNamespace(batches_done=0, pass_offset=0, account=lambda *a: None), 2)
+    clips.begin_pass(0, 2)
     frames = SimpleNamespace(positions=np.zeros(6, np.int64), served=np.arange(6), labels=batch.labels, sizes=None)
-    clip_images, clip_labels = ClipBatchesMixin._clip_output(clip_loader, frames, images, None)
+    clip_images, clip_labels = clips.output(frames, images, None)
     assert clip_images.shape == (2, 3, 3, 8, 8) and clip_labels.device == device
 
 

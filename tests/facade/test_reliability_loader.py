@@ -221,7 +221,7 @@ def test_a_dali_timeout_shorter_than_the_poll_interval_is_honoured():
     timeout); checked on the waits themselves, not on a clock."""
     import queue
 
-    from dali_backend.dali.runner import _PipelineThread
+    from dali_backend.dali.runner import PipelineThread
 
     steps = []
 
@@ -230,7 +230,7 @@ def test_a_dali_timeout_shorter_than_the_poll_interval_is_honoured():
             steps.append(timeout)
             raise queue.Empty
 
-    thread = _PipelineThread()
+    thread = PipelineThread()
     try:
         thread._results = Recording()
         deadline = time.monotonic() + 1e-6
@@ -245,7 +245,7 @@ def test_a_dali_timeout_shorter_than_the_poll_interval_is_honoured():
         steps.clear()
         with pytest.raises(TimeoutError):
             thread.wait(1, lambda: (_ for _ in ()).throw(TimeoutError()))  # no deadline: POLL_S steps
-        assert steps == [_PipelineThread.POLL_S]
+        assert steps == [PipelineThread.POLL_S]
     finally:
         thread.stop()
 

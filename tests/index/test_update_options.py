@@ -114,7 +114,7 @@ def test_the_ram_cache_holds_one_copy_across_updates(folder, kind, shared_memory
         assert sorted(one_epoch(loader)) == sorted(os.path.join(new.root, p) for p in new.paths)
         data = int(new.sizes.sum())
         assert data <= resident(shared_memory_blocks) <= 1.2 * data, (update, resident(shared_memory_blocks), data)
-        assert list(loader._datasets) == [new.fingerprint]
+        assert loader.dataset.index.fingerprint == new.fingerprint  # the one dataset the loader holds
     assert len(shared_memory_blocks) == 4
     # an epoch of an older index again: a dataset rebuilt over it, still one copy
     loader.set_epoch(0)

@@ -92,7 +92,7 @@ def test_slow_decoding_is_blamed_on_decoding(index, monkeypatch):
     from fallback import ops
 
     decode = ops.decode
-    monkeypatch.setattr(ops, "decode", lambda data, color: time.sleep(0.01) or decode(data, color))
+    monkeypatch.setattr(ops, "decode", lambda data, color, bits=8: time.sleep(0.01) or decode(data, color, bits))
     with _loader(index, "torch") as loader:
         _train(loader, 0.0)
         m, report = loader.metrics(), loader.report()
