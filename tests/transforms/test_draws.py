@@ -57,12 +57,13 @@ def test_spec_parameters_are_the_same_on_many_positions():
     specs = [AugmentSpec(size=(64, 64)), AugmentSpec(ops=[RandomResizedCrop(32), RandomHorizontalFlip(),
                                                           ColorJitter(0.4, 0.4, 0.4)])]
     for spec in specs:
-        n = spec._uniforms
+        budgets = [op.UNIFORMS for op in spec.transforms]  # each operation's block follows the ones before it
+        offsets, n = np.cumsum([0] + budgets)[:-1], sum(budgets)
         for position in range(0, 3000, 7):
             got = spec.make_params(3, 2, position, (480, 640))
             u = reference(3, 2, position, n)
             size = (480, 640)
-            for op, off, p in zip(spec.transforms, spec._offsets, got, strict=True):
+            for op, off, p in zip(spec.transforms, offsets, got, strict=True):
                 want = {} if op.is_identity else op.sample(u[off:off + op.UNIFORMS], size)
                 assert p.keys() == want.keys() and all(np.array_equal(p[k], want[k]) for k in p), (position, op)
                 size = op.output_size(size, p) if not op.is_identity else size

@@ -25,7 +25,7 @@ def test_the_running_sum_is_bit_identical_to_accumulate(taps, kind):
         values.ravel()[::7] = np.float32(127.5)
     w = rng.random((37, 1, taps)).astype(np.float32)
     w /= np.add.accumulate(w, axis=-1)[..., -1:]  # weights summing to about 1, as DALI's rows do
-    got, want = resample._sequential(values, w), accumulate_reference(values, w)
+    got, want = resample.running_sum(values, w), accumulate_reference(values, w)
     assert got.dtype == want.dtype == np.float32
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
