@@ -8,4 +8,6 @@ CONTENDERS = ("ceiling", "reference", "tutorial", "fallback", "dali-cpu", "dali-
 """The contenders a plain ``python -m bench`` runs (those this machine can)."""
 CLIP_CONTENDERS = ("clips-fallback", "clips-dali-cpu", "clips-dali-gpu")
 """Clip loaders (``ClipSampler``, ``[B, T, C, H, W]`` batches; img/s counts frames), run when named with ``--only``."""
-ALL_CONTENDERS = CONTENDERS + CLIP_CONTENDERS
+PEERS = ("opencv-loader", "albumentations", "spdl-threads", "torchdata-nodes", "dali-native")
+"""What a user would write instead (``--peers``, :mod:`bench.peers`): the default contract by hand."""
+ALL_CONTENDERS = CONTENDERS + CLIP_CONTENDERS + PEERS

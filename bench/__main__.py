@@ -31,7 +31,7 @@ from pathlib import Path
 from dali_backend.cli.cliargs import (OneLineParser, add_index_load_arguments, data_or_index, default_cache, output_dir,
                                   output_file, positive_int, run_command, size_list, size_wxh, verbosity_parent)
 
-from . import ALL_CONTENDERS, CLIP_CONTENDERS, CONTENDERS
+from . import ALL_CONTENDERS, CLIP_CONTENDERS, CONTENDERS, PEERS
 
 log = logging.getLogger("bench")
 
@@ -76,12 +76,18 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                             "chart each contender's ratio to the ceiling against the size")
     p.add_argument("--format", default="jpeg", choices=["jpeg", "png", "bmp", "tiff", "webp"],
                    help="the synthetic images' format (default jpeg; 8 bits)")
+    p.add_argument("--bit-depth", type=int, default=8, choices=[8, 12, 16],
+                   help="bits per value of the data (default 8); 12 or 16: synthetic --format png or tiff at that "
+                        "depth, and every contender's contract after a Window(0, 2**bits - 1) (bench.contenders)")
     p.add_argument("--size", type=size_wxh, default=(256, 256), help="output size WxH (default 256x256)")
     p.add_argument("--epochs", type=positive_int, default=3, help="timed epochs after one warm-up (default 3)")
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="workers / threads (default: all cores)")
     p.add_argument("--only", nargs="*", choices=ALL_CONTENDERS, help="run only these contenders (the ceiling always "
                    "runs); the clip contenders (clips-*) run only when named here")
+    p.add_argument("--peers", action="store_true", help="also run what a user would write instead (bench.peers): a "
+                   "hand-written OpenCV DataLoader, albumentations, SPDL and torchdata.nodes thread pipelines, native "
+                   "DALI; each peer whose package is missing is skipped with a line (pip install 'dali-backend[peers]')")
     p.add_argument("--clip-len", type=positive_int, default=8, help="clip contenders: frames per clip (default 8)")
     p.add_argument("--clip-step", type=positive_int, default=4,
                    help="clip contenders: frames between clip starts (default 4: overlapping windows)")
@@ -112,7 +118,7 @@ def _child(args) -> int:
 
     out_w, out_h = args.size
     res = run_contender(args.one, args.index, (out_h, out_w), args.epochs, args.batch_size, args.workers,
-                        args.sequences, args.clip_len, args.clip_step)
+                        args.sequences, args.clip_len, args.clip_step, bit_depth=args.bit_depth)
     print(json.dumps(res))
     return 0
 
@@ -139,7 +145,7 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
     for name in track(names, total=len(names), desc="bench", unit="contender"):
         cmd = [sys.executable, "-c", _CHILD, "--one", name, "--index", str(index_path), "--size", f"{out_w}x{out_h}",
                "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--workers", str(args.workers),
-               *(extra if name in CLIP_CONTENDERS else [])]
+               "--bit-depth", str(args.bit_depth), *(extra if name in CLIP_CONTENDERS else [])]
         log.info("running %s ...", name)
         log.debug("command: %s", " ".join(cmd))
         t0 = time.perf_counter()
@@ -166,14 +172,17 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
         if ref is not None and r["name"] in ("reference", *PRESET_LOADERS, *CLIP_CONTENDERS):  # the same contract
             r["ratio_to_reference"] = r["images_per_s"] / ref["images_per_s"]
             r["overhead_ms_per_image"] = 1000 * (r["cpu_s_per_image"] - ref["cpu_s_per_image"])
+    from dali_backend.index.kinds import formats_text
+
     from .measure import PEAK_RSS_INTERVAL_S
 
     machine = dict(machine)
     machine["memory_sample_interval_s"] = PEAK_RSS_INTERVAL_S
     machine["data"] = {"root": str(root), "images": len(index), "mean_file_kb": float(index.sizes.mean() / 1024),
-                       **size_mix(index), "output_size": [out_w, out_h]}
+                       **size_mix(index), "output_size": [out_w, out_h], "bit_depth": args.bit_depth,
+                       "formats": formats_text(index.format_ids, index.format_names, index.bit_depths)}
     tut = next((r["images_per_s"] for r in results if r["name"] == "tutorial"), None)
-    print(f"\n{len(index)} images {machine['data']['source_label']} "
+    print(f"\n{len(index)} images {machine['data']['source_label']} ({machine['data']['formats']}) "
           f"(~{machine['data']['mean_file_kb']:.0f} KB) -> {out_w}x{out_h}; {machine['cores']} cores ({machine['cpu']}); "
           f"GPU: {machine['gpu'] or 'none'}")
     print(f"{'name':16s} {'img/s':>8s} {'x ceiling':>9s} {'x reference':>11s} {'x tutorial':>10s} {'cpu s/img':>9s} "
@@ -186,6 +195,16 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
         vs_ceil = "-" if r["ratio_to_ceiling"] is None else f"{r['ratio_to_ceiling']:.2f}"
         print(f"{r['name']:16s} {r['images_per_s']:8.1f} {vs_ceil:>9s} {vs_ref:>11s} {vs_tut:>10s} "
               f"{r['cpu_s_per_image']:9.4f} {over:>15s} {r['peak_rss_mb']:11.0f} {fb:>13s} {r['rss_growth_pct']:12.1f}")
+    for name, why in machine.get("skipped", {}).items():
+        if name in PEERS:
+            print(f"{name:16s} skipped: {why}")
+    same = [r for r in results if "levels_difference" in r]
+    if same:
+        print("the same work? first batch against the fallback's pixels on the same draws, mean |difference| in "
+              "levels (INTER_AREA's own in brackets): " + ", ".join(
+                  f"{r['name']} {r['levels_difference']:.2f}"
+                  + (f" ({r['area_resize_levels']:.2f})" if "area_resize_levels" in r else "")
+                  + ("" if r["labels_match"] else " (LABELS DIFFER)") for r in same))
     for name, why in failed.items():
         last = next((line for line in reversed(why["error"].splitlines()) if line.strip()), "no output")
         print(f"{name:16s} FAILED (exit status {why['exit_status']}): {last[:200]}")
@@ -258,7 +277,8 @@ def size_mix(index) -> dict:
 
 
 def unavailable(names: list[str]) -> dict[str, str]:
-    """Why each contender of ``names`` cannot run on this machine (DALI missing, no CUDA GPU)."""
+    """Why each contender of ``names`` cannot run on this machine (DALI missing, no CUDA GPU, a peer's
+    package missing)."""
     import torch
 
     from dali_backend.dali.devices import dali_importable
@@ -270,6 +290,11 @@ def unavailable(names: list[str]) -> dict[str, str]:
             why[name] = no_dali
         elif name.endswith("dali-gpu") and torch.cuda.device_count() == 0:
             why[name] = "no CUDA GPU on this machine (torch.cuda.device_count() == 0)"
+        elif name in PEERS:
+            from .peers import missing
+
+            if (reason := missing(name)) is not None:
+                why[name] = reason
     return why
 
 
@@ -300,9 +325,12 @@ def run(args) -> int:
 
     out_json = args.json or Path("bench-results/bench.json")
     names = list(args.only or CONTENDERS)
+    names += [p for p in PEERS if args.peers and p not in names]
     skipped = unavailable(names)
+    skipped |= {n: f"the peers decode 8-bit files; --bit-depth {args.bit_depth} has no peer (run them at 8 bits)"
+                for n in names if n in PEERS and args.bit_depth != 8}
     for name, why in skipped.items():
-        if args.only:  # asked for by name: say why it does not run (the default list skips quietly)
+        if args.only or name in PEERS:  # asked for: say why it does not run (the default list skips quietly)
             log.warning("bench: skipping %s: %s", name, why)
     names = [n for n in names if n not in skipped]
     if args.only and not [n for n in names if n != "ceiling"]:
@@ -321,6 +349,9 @@ def run(args) -> int:
             raise ConfigError(f"--data {args.data}: a packed index (dali-backend pack); this benchmark's contenders "
                               "read loose files: pass the index of the folder it was packed from, or measure packed "
                               "against loose reads with `python -m bench.storage`")
+        if args.bit_depth == 8 and index.bit_depths.max() > 8:  # the contracts would refuse every such image
+            raise ConfigError(f"--data {args.data}: {int((index.bit_depths > 8).sum())} of {len(index)} images hold more "
+                              "than 8 bits per value; pass --bit-depth 16 (or 12 for 12-bit data stored in 16)")
         png = None if args.no_plot else args.png or out_json.with_suffix(".png")
         doc = _run_size(index, index.root, out_json, png, args, names, machine)
         if args.padding:
@@ -331,11 +362,13 @@ def run(args) -> int:
     cache = Path(args.cache or default_cache())
     runs, failures = [], 0
     for w, h in sizes:
-        root = cache / (f"bench-{args.images}-{w}x{h}" + ("" if args.format == "jpeg" else f"-{args.format}"))
+        root = cache / (f"bench-{args.images}-{w}x{h}" + ("" if args.format == "jpeg" else f"-{args.format}")
+                        + ("" if args.bit_depth == 8 else f"-{args.bit_depth}bit"))
         t0 = time.perf_counter()
-        generate_defect_dataset(root, n=args.images, size=(w, h), quality=92, seed=0, format=args.format)
-        log.info("data: %d synthetic %dx%d %s files in %s (%.0f s)", args.images, w, h, args.format.upper(), root,
-                 time.perf_counter() - t0)
+        generate_defect_dataset(root, n=args.images, size=(w, h), quality=92, seed=0, format=args.format,
+                                bit_depth=args.bit_depth)
+        log.info("data: %d synthetic %dx%d %d-bit %s files in %s (%.0f s)", args.images, w, h, args.bit_depth,
+                 args.format.upper(), root, time.perf_counter() - t0)
         index = SampleIndex.from_folder(root, progress=False)
         if len(sizes) == 1:
             size_json = out_json

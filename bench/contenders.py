@@ -1,13 +1,18 @@
 """The contenders of ``python -m bench``; each runs in its own process (clean memory figures).
 
-* ``ceiling``: decode + CLAHE alone on all cores, no loader: the compute limit of this pipeline.
+* ``ceiling``: decode + CLAHE alone on all cores, no loader: the compute limit of this pipeline (with
+  ``--bit-depth`` 12 or 16: decode at 16 bits, the ``Window``'s lookup to 8 bits, CLAHE).
 * ``tutorial``: the Dataset style of the tutorial this project grew from (grayscale + CLAHE, then
   rotation and jitter in float at full resolution, then resize) in a DataLoader with all cores.
 * ``fallback``: ``DaliLoader(backend="torch")``, our tuned OpenCV DataLoader.
 * ``dali-cpu`` / ``dali-gpu``: ``DaliLoader`` on DALI's CPU or GPU operators.
 * ``recipe-*``: the torchvision ImageNet training recipe (RandomResizedCrop + horizontal flip +
   ColorJitter(0.4, 0.4, 0.4) + Normalize, RGB) on the fallback and on DALI (CPU or GPU); on DALI the
-  crop's window is decoded alone (region decode).
+  crop's window is decoded alone (region decode; JPEG only, other formats decode fully and crop).
+
+With ``--bit-depth`` 12 or 16 every contender runs its contract after a ``Window(0, 2**bits - 1)``
+(:func:`window_for`; a spec without one refuses such data): :func:`preset_spec`, :func:`recipe_spec`,
+the tutorial and the ceiling alike. ``--format`` needs nothing here: every decoder reads every format.
 * ``clips-*`` (only with ``--only``): the preset's contract on clips, ``DaliLoader`` with a
   ``ClipSampler`` on the fallback and on DALI (CPU or GPU). Defaults: clips of 8 frames starting every
   4 frames (``--clip-len``, ``--clip-step``) of sequences of 32 frames cut from each class's images
@@ -31,29 +36,46 @@ from dali_backend.util.procstats import dali_operator_cpu_seconds
 
 from .measure import PeakRss, tree_cpu_seconds, tree_rss_mb
 
-from . import CONTENDERS  # noqa: E402,F401  (the names live in the light package module)
+from . import CONTENDERS, PEERS  # noqa: E402,F401  (the names live in the light package module)
+
+
+def window_for(bit_depth: int):
+    """The declared 16-to-8-bit step of a contract on ``bit_depth``-bit data (12: stored in 16, values below 4096)."""
+    from dali_backend.transforms import Window
+
+    return Window(0, (1 << bit_depth) - 1)
+
+
+def _read_gray(path: str, table: np.ndarray | None) -> np.ndarray:
+    """``path`` decoded to 8-bit gray: at 16 bits then the Window's lookup ``table`` when given."""
+    data = np.fromfile(path, dtype=np.uint8)
+    if table is None:
+        return cv2.imdecode(data, cv2.IMREAD_GRAYSCALE)
+    return table[cv2.imdecode(data, cv2.IMREAD_GRAYSCALE | cv2.IMREAD_ANYDEPTH)]
 
 
 def _ceiling_work(path: str) -> int:
-    img = cv2.imdecode(np.fromfile(path, dtype=np.uint8), cv2.IMREAD_GRAYSCALE)
-    return int(_CLAHE.apply(img)[0, 0])
+    clahe, table = _CEILING
+    return int(clahe.apply(_read_gray(path, table))[0, 0])
 
 
-_CLAHE = None
+_CEILING = None  # a ceiling worker's (CLAHE, the Window's lookup table or None for 8-bit data)
 
 
-def _ceiling_init() -> None:
-    global _CLAHE
+def _ceiling_init(bit_depth: int = 8) -> None:
+    global _CEILING
     cv2.setNumThreads(0)
-    _CLAHE = cv2.createCLAHE(2.0, (8, 8))
+    _CEILING = cv2.createCLAHE(2.0, (8, 8)), None if bit_depth == 8 else window_for(bit_depth).table
 
 
 class TutorialDataset(torch.utils.data.Dataset):
     """The tutorial's style: every step at full resolution, in float, before the resize."""
 
-    def __init__(self, paths: list[str], labels: np.ndarray, size: tuple[int, int], rotate: float = 5.0):
+    def __init__(self, paths: list[str], labels: np.ndarray, size: tuple[int, int], rotate: float = 5.0,
+                 bit_depth: int = 8):
         self.paths, self.labels, self.size, self.rotate = paths, labels, size, rotate
         self.clahe = None
+        self.table = None if bit_depth == 8 else window_for(bit_depth).table  # 16-bit data: windowed first
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -61,8 +83,7 @@ class TutorialDataset(torch.utils.data.Dataset):
     def __getitem__(self, i: int):
         if self.clahe is None:
             self.clahe = cv2.createCLAHE(clipLimit=2.0, tileGridSize=(8, 8))
-        img = cv2.imread(self.paths[i], cv2.IMREAD_GRAYSCALE)
-        img = self.clahe.apply(img).astype(np.float32)
+        img = self.clahe.apply(_read_gray(self.paths[i], self.table)).astype(np.float32)
         h, w = img.shape
         rng = np.random.default_rng(i)
         m = cv2.getRotationMatrix2D((w / 2, h / 2), float(rng.uniform(-self.rotate, self.rotate)), 1.0)
@@ -77,15 +98,15 @@ class TutorialDataset(torch.utils.data.Dataset):
 _REF = None
 
 
-def _reference_init(index_path: str, size: tuple[int, int]) -> None:
+def _reference_init(index_path: str, size: tuple[int, int], bit_depth: int = 8) -> None:
     """A reference worker: the dataset's own operations, nothing of a loader around them."""
     global _REF
-    from dali_backend import AugmentSpec, SampleIndex
+    from dali_backend import SampleIndex
     from dali_backend._own import own
 
     cv2.setNumThreads(0)
     torch.set_num_threads(1)
-    spec = AugmentSpec(size=size)
+    spec = preset_spec(size, bit_depth)
     _REF = (own("fallback.dataset").ImageDataset(SampleIndex.load(index_path, check="none"), spec, seed=0), spec)
 
 
@@ -208,47 +229,92 @@ def dali_stage_breakdown(index, size: tuple[int, int], images: int = 96, batch_s
     return {name: totals[0] if i == 0 else totals[i] - totals[i - 1] for i, name in enumerate(names)}
 
 
-def recipe_spec(size: tuple[int, int]):
-    """torchvision's ImageNet training recipe as a spec (what ``from_torchvision`` gives for it)."""
+def preset_spec(size: tuple[int, int], bit_depth: int = 8):
+    """The preset's contract (gray, CLAHE, resize, rotation, jitter); for 12- or 16-bit data the same steps after
+    a :func:`window_for` (as ``dali-backend demo --bit-depth`` runs them)."""
+    from dali_backend import AugmentSpec
+    from dali_backend.transforms import Grayscale
+
+    preset = AugmentSpec(size=size)
+    if bit_depth == 8:
+        return preset
+    return AugmentSpec(ops=[Grayscale(3), window_for(bit_depth), *preset.transforms], mean=preset.mean, std=preset.std)
+
+
+def recipe_spec(size: tuple[int, int], bit_depth: int = 8):
+    """torchvision's ImageNet training recipe as a spec (what ``from_torchvision`` gives for it); for 12- or
+    16-bit data after a :func:`window_for` (the crop resamples: it cannot run on 16-bit values)."""
     from dali_backend import AugmentSpec
     from dali_backend.core.augment import IMAGENET_MEAN, IMAGENET_STD
     from dali_backend.transforms import ColorJitter, Normalize, RandomHorizontalFlip, RandomResizedCrop
 
-    return AugmentSpec(ops=[RandomResizedCrop(size), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4),
+    first = [] if bit_depth == 8 else [window_for(bit_depth)]
+    return AugmentSpec(ops=[*first, RandomResizedCrop(size), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4),
                             Normalize(IMAGENET_MEAN, IMAGENET_STD)])
 
 
-def _loader_for(name: str, index, size: tuple[int, int], batch_size: int, workers: int, clips=None):
+def contract_sampler(index):
+    """The draws of the preset's loaders and of the peers: the library's sampler, a seeded shuffle."""
+    from dali_backend import WeightedSampler
+
+    return WeightedSampler(index, mode="uniform", seed=0)
+
+
+SAME_WORK = ("fallback", "dali-cpu", "dali-gpu", *PEERS)
+"""The contenders whose first batch is set against the fallback's pixels (:func:`levels_difference`)."""
+
+
+def levels_difference(batch: torch.Tensor, index, size: tuple[int, int], draws) -> float:
+    """Mean absolute difference, in uint8 levels, between a normalised batch of the default contract
+    (``[B, 3, H, W]``) and the fallback's pixels (``ImageDataset.load_uint8``) for the same ``draws``."""
+    from .peers import fallback_dataset
+
+    spec = preset_spec(size)
+    ds = fallback_dataset(index, spec)
+    ref = np.stack([ds.load_uint8(d)[0] for d in draws]).astype(np.float64)  # [B, 1, H, W]
+    scale, shift = (v.astype(np.float64)[:, None, None] for v in spec.normalize_coefficients())
+    levels = (batch.detach().cpu().double().numpy() - shift) / scale
+    return float(np.abs(levels - ref).mean())
+
+
+def _loader_for(name: str, index, size: tuple[int, int], batch_size: int, workers: int, clips=None,
+                bit_depth: int = 8):
     """The loader of contender ``name``; ``clips`` is the clip contenders' ClipSampler (whose
     ``clip_len`` divides ``batch_size`` frames into clips per batch)."""
-    from dali_backend import AugmentSpec, DaliLoader, WeightedSampler
+    from dali_backend import DaliLoader
     from dali_backend._own import own
 
     ImageDataset = own("fallback.dataset").ImageDataset
 
     if name == "tutorial":
         paths = [index.abspath(i) for i in range(len(index))]
-        ds = TutorialDataset(paths, index.labels, size)
+        ds = TutorialDataset(paths, index.labels, size, bit_depth=bit_depth)
         return torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
                                            persistent_workers=True)
+    if name in PEERS:
+        from .peers import peer_loader
+
+        return peer_loader(name, index, preset_spec(size), contract_sampler(index), batch_size, workers)
     if name.startswith("recipe-"):
         name = name[len("recipe-"):]
-        ds = ImageDataset(index, recipe_spec(size), seed=0)
+        ds = ImageDataset(index, recipe_spec(size, bit_depth), seed=0)
     else:
-        ds = ImageDataset(index, AugmentSpec(size=size), seed=0)
+        ds = ImageDataset(index, preset_spec(size, bit_depth), seed=0)
     if name.startswith("clips-"):
         from .clipset import clips_per_batch
 
         name, sampler, batch_size = name[len("clips-"):], clips, clips_per_batch(batch_size, clips.clip_len)
     else:
-        sampler = WeightedSampler(index, mode="uniform", seed=0)
+        sampler = contract_sampler(index)
     device, backend = {"fallback": ("cpu", "torch"), "dali-cpu": ("cpu", "dali"), "dali-gpu": ("cuda", "dali")}[name]
     return DaliLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=workers, device=device, backend=backend)
 
 
 def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int, batch_size: int,
-                  workers: int, sequences: str | None = None, clip_len: int = 8, clip_step: int = 4) -> dict:
-    """Warm-up epoch + ``epochs`` timed epochs; images/s is the median of the timed epochs.
+                  workers: int, sequences: str | None = None, clip_len: int = 8, clip_step: int = 4,
+                  bit_depth: int = 8) -> dict:
+    """Warm-up epoch + ``epochs`` timed epochs; images/s is the median of the timed epochs (``bit_depth``
+    12 or 16: every contract after a Window, see the module docstring).
 
     A clip contender (``clips-*``) needs ``sequences`` (the manifest :func:`bench.clipset.write_sequences`
     wrote) and draws clips of ``clip_len`` frames every ``clip_step`` frames; its images/s and CPU per
@@ -257,6 +323,8 @@ def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int
     """
     from dali_backend import SampleIndex
     from dali_backend.errors import ConfigError
+
+    from .peers import AREA_RESIZE, area_resize_difference
 
     index = SampleIndex.load(index_path)
     n_images = len(index)
@@ -268,6 +336,7 @@ def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int
             raise ConfigError(f"contender {name}: no sequences manifest; pass sequences= (bench.clipset.write_sequences)")
         clips = clip_sampler(index, sequences, clip_len, clip_step)
     timed_frames = batches = 0
+    extra: dict = {}
     rates, rss_after = [], []
     first_batch_s = None
     cpu0 = tree_cpu_seconds()
@@ -280,13 +349,14 @@ def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int
 
             if name == "ceiling":
                 work, items = _ceiling_work, [index.abspath(i) for i in range(n_images)]
-                pool = mp.get_context("fork").Pool(workers, initializer=_ceiling_init)
+                pool = mp.get_context("fork").Pool(workers, initializer=_ceiling_init, initargs=(bit_depth,))
             else:
                 work, sampler = _reference_work, WeightedSampler(index, mode="uniform", seed=0)
-                pool = mp.get_context("fork").Pool(workers, initializer=_reference_init, initargs=(index_path, size))
+                pool = mp.get_context("fork").Pool(workers, initializer=_reference_init,
+                                                   initargs=(index_path, size, bit_depth))
             loader = None
         else:
-            loader = _loader_for(name, index, size, batch_size, workers, clips)
+            loader = _loader_for(name, index, size, batch_size, workers, clips, bit_depth)
         timed_cpu0 = dali_cpu0 = None
         for epoch in range(epochs + 1):
             if epoch == 1:
@@ -304,6 +374,7 @@ def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int
                 for x, y in loader:
                     if first_batch_s is None:
                         first_batch_s = time.perf_counter() - t_create
+                        first = (x.clone(), y.clone())  # a loader may reuse its output memory
                     n += len(y) if clips is None else x.shape[0] * x.shape[1]  # clips: B * T frames
                     batches += 1
                 if getattr(getattr(loader, "device", None), "type", None) == "cuda":  # the GPU's work done
@@ -321,9 +392,15 @@ def run_contender(name: str, index_path: str, size: tuple[int, int], epochs: int
             pool.join()
         elif hasattr(loader, "close"):
             loader.close()
+    if name in SAME_WORK and bit_depth == 8:  # the same work: the first batch's pixels and labels against the fallback's
+        draws = contract_sampler(index).draws(0)[:len(first[1])]
+        extra["levels_difference"] = levels_difference(first[0], index, size, draws)
+        if name in AREA_RESIZE:
+            extra["area_resize_levels"] = area_resize_difference(index, preset_spec(size), draws)
+        extra["labels_match"] = bool(np.array_equal(first[1].cpu().numpy(), index.labels[[d.index for d in draws]]))
     growth = (rss_after[-1] - rss_after[0]) / rss_after[0] * 100 if len(rss_after) > 1 else 0.0
     timed = n_images * epochs if clips is None else timed_frames  # clips: per frame served
-    extra = {} if clips is None else {"clip_len": clips.clip_len, "clip_step": clips.step,
+    extra |= {} if clips is None else {"clip_len": clips.clip_len, "clip_step": clips.step,
                                       "clips_per_batch": loader.batch_size, "clips_per_epoch": len(clips),
                                       "batches_per_epoch": batches, "frames_per_epoch": n}
     return {

@@ -59,8 +59,10 @@ def throughput_chart(results: Sequence[dict], machine: dict, path: Path) -> Path
     fig = _figure(8.0, 1.6 + 0.5 * len(results))
     ax = fig.add_subplot()
     y = list(range(len(results)))[::-1]
-    colors = ["tab:green" if n.startswith(("dali", "clips-dali")) else "tab:gray" if n == "ceiling" else "tab:blue"
-              for n in names]
+    from . import PEERS
+
+    colors = ["tab:orange" if n in PEERS else "tab:green" if n.startswith(("dali", "clips-dali"))
+              else "tab:gray" if n == "ceiling" else "tab:blue" for n in names]  # orange: what a user would write
     ax.barh(y, median, xerr=[lo, hi], color=colors, capsize=4, error_kw={"elinewidth": 1})
     ax.set_yticks(y, names)
     for yi, m, h, r in zip(y, median, hi, results):

@@ -28,6 +28,7 @@ from dali_backend.index import SampleIndex
 from dali_backend.core.tensors import apply_batch_ops, batch_params
 from dali_backend.core.reading import OnError, SampleReader, check_on_error
 from dali_backend.sampling.sampler import as_draw, check_epoch
+from dali_backend.transforms.targets import BoxPolicy, Boxes, move_targets
 
 from . import ops
 
@@ -102,6 +103,8 @@ class ImageDataset(Dataset):
             all workers and runs; see :mod:`dali_backend.storage.cache`.
         cache_limit_bytes: bound on ``cache_dir``'s size (least recently used entries go first;
             default None: no bound).
+        box_policy: which moved boxes a sample keeps (an index with targets; default
+            ``BoxPolicy()``: at least 1 pixel of area).
 
     ``ds[i]`` returns ``(image, label)``: float32 ``[3, H, W]`` (the spec's dtype) and an int64 scalar
     tensor. Bad files raise :class:`BadImageError` naming the file; nothing is replaced silently.
@@ -109,7 +112,7 @@ class ImageDataset(Dataset):
 
     def __init__(self, index: SampleIndex, spec: AugmentSpec | None = None, seed: int = 0, on_error: OnError = "raise",
                  cache: bool = False, cache_dir: str | os.PathLike | None = None,
-                 cache_limit_bytes: int | None = None, **unexpected):
+                 cache_limit_bytes: int | None = None, box_policy: BoxPolicy | None = None, **unexpected):
         if unexpected:
             raise ConfigError(_unexpected_arguments(unexpected))
         if not isinstance(index, SampleIndex):
@@ -126,6 +129,9 @@ class ImageDataset(Dataset):
         if not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ConfigError(f"ImageDataset: seed={seed!r}; must be a non-negative integer")
         self.index, self.spec, self.seed, self.epoch = index, spec, int(seed), 0
+        if box_policy is not None and not isinstance(box_policy, BoxPolicy):
+            raise ConfigError(f"ImageDataset: box_policy must be a BoxPolicy, got {type(box_policy).__name__}")
+        self.box_policy = box_policy or BoxPolicy()
         self.on_error = check_on_error(on_error)
         self.options = {name: value for name, value in locals().items() if name in _options()}
         warn_if_colour_dropped(index, spec)  # the preset's default gray on colour files: said once per index
@@ -138,7 +144,8 @@ class ImageDataset(Dataset):
     @property
     def samples(self) -> SampleSet:
         """This dataset as the contract's record an executor runs on (index, reader, spec, seed)."""
-        return SampleSet(index=self.index, reader=self.reader, spec=self.spec, seed=self.seed)
+        return SampleSet(index=self.index, reader=self.reader, spec=self.spec, seed=self.seed,
+                         box_policy=self.box_policy)
 
     def with_index(self, index: SampleIndex) -> ImageDataset:
         """A dataset over ``index`` with every other argument this one was given (``options``: each
@@ -180,7 +187,8 @@ class ImageDataset(Dataset):
         image, label, meta, _ = self.load_draw_with_params(item, on_error)
         return image, label, meta
 
-    def load_draw_with_params(self, item, on_error: OnError | None = None, stages: dict | None = None):
+    def load_draw_with_params(self, item, on_error: OnError | None = None, stages: dict | None = None,
+                              targets: bool = False):
         """:meth:`load_draw` and the parameters the draw was augmented with (``spec.make_params``).
 
         ``stages``: seconds spent reading, decoding and augmenting are added to its ``"read"``,
@@ -191,18 +199,37 @@ class ImageDataset(Dataset):
             raise IndexError(f"sample index {i} out of range for {len(self.index)} samples")
         served, img = self.reader.serve(i, pepoch, position, on_error or self.on_error,
                                         lambda j: self.decode(j, epoch, stages))
-        return self.augment_served(item, served, img, stages)
+        return self.augment_served(item, served, img, stages, targets)
 
-    def augment_served(self, item, served: int, img: NDArray[np.uint8], stages: dict | None = None):
+    def augment_served(self, item, served: int, img: NDArray[np.uint8], stages: dict | None = None,
+                       targets: bool = False):
         """:meth:`load_draw_with_params` of ``item`` once sample ``served`` was read and decoded as
-        ``img`` (the planned sample, or its replacement under ``on_error="skip"``)."""
+        ``img`` (the planned sample, or its replacement under ``on_error="skip"``); ``targets``: also
+        the served sample's targets moved with the same parameters (:meth:`move_targets`), a 5th item."""
         i, _, pepoch, position = resolve_item(item, self.epoch)
         t0 = time.perf_counter()
         params = self.spec.make_params(self.seed, pepoch, position, img.shape[:2])
         out = ops.apply_spec(img, self.spec, params)
         if stages is not None:
             stages["augment"] = stages.get("augment", 0.0) + (time.perf_counter() - t0)
-        return out, int(self.index.labels[served]), np.array([i, served, position], dtype=np.int64), params
+        done = out, int(self.index.labels[served]), np.array([i, served, position], dtype=np.int64), params
+        return done + (self.move_targets(served, params, img.shape[:2]),) if targets else done
+
+    def move_targets(self, served: int, params: list[dict], size: tuple[int, int]) -> dict:
+        """Sample ``served``'s targets (the index's :attr:`~dali_backend.index.SampleIndex.annotations`) moved
+        by the operations' mask and box kernels with the image's ``params`` (drawn for ``size``, the
+        decoded (h, w)): ``{"mask": uint8 [1, H, W] or None, "boxes": float32 [N, 4], "box_labels":
+        int64 [N], "dropped": int}`` (boxes None when the index has none)."""
+        t = self.index.annotations
+        mask = t.read_mask(self.index.root, served, size) if "masks" in t.kinds else None
+        boxes = None
+        if "boxes" in t.kinds:
+            xyxy, labels = t.boxes_of(served)
+            boxes = Boxes(xyxy, labels, size)
+        mask, boxes, dropped = move_targets(self.spec.transforms, params, mask, boxes, self.box_policy)
+        return {"mask": None if mask is None else np.ascontiguousarray(mask)[None],
+                "boxes": None if boxes is None else boxes.xyxy, "box_labels": None if boxes is None else boxes.labels,
+                "dropped": dropped.total}
 
     def load_uint8(self, item) -> tuple[NDArray[np.uint8], int]:
         """``(uint8 [C, H, W], label)`` with C = 1 in gray mode: augmented, not yet normalised."""

@@ -54,6 +54,7 @@ class _Uint8View(Dataset):
                  clips: ClipTable | None = None):
         self.dataset, self.on_error, self.with_params, self.timed = dataset, on_error, with_params, timed
         self.clips = clips if on_error == "skip" else None  # whole clips are replaced under skip
+        self.targets = dataset.index.annotations is not None  # masks and boxes ride with each sample
         self._trim = EveryNth(WORKER_TRIM_EVERY)  # each worker counts its own samples (its own copy)
 
     def __len__(self) -> int:
@@ -97,26 +98,28 @@ class _Uint8View(Dataset):
             return [self._bad(d, e, stages if k == 0 else {}) for k, d in enumerate(draws)]
         out = []
         for k, (d, j, img) in enumerate(zip(draws, served, images)):
-            image, label, meta, params = ds.augment_served(d, int(j), img, timed)
+            image, label, meta, params, *targets = ds.augment_served(d, int(j), img, timed, self.targets)
             note = plain_params(params) if self.with_params else None
-            out.append((image, label, np.append(meta, d.epoch), note, stages if k == 0 else {}))
+            out.append((image, label, np.append(meta, d.epoch), note, stages if k == 0 else {}, *targets))
         return out
 
     def _bad(self, draw: Draw, error: BadImageError, stages: dict) -> tuple:
         """A bad draw's sample: blank, served ``SERVED_BAD``, with the error's fields for the loader."""
         spec = self.dataset.spec
         blank = np.zeros((1 if spec.color == "gray" else 3, spec.height, spec.width), np.uint8)
+        targets = ({"mask": np.zeros((1, *blank.shape[1:]), np.uint8), "boxes": np.zeros((0, 4), np.float32),
+                    "box_labels": np.zeros(0, np.int64), "dropped": 0},) if self.targets else ()
         return (blank, -1, np.array([draw.index, SERVED_BAD, draw.position, draw.epoch], np.int64),
-                BadDraw.from_error(error), stages)
+                BadDraw.from_error(error), stages, *targets)
 
     def __getitem__(self, draw: Draw):
         self._trim()  # keep worker RSS flat (full-resolution temporaries)
         stages: dict[str, float] = {}  # seconds per stage, for the loader's telemetry
         try:
-            image, label, meta, params = self.dataset.load_draw_with_params(draw, self.on_error,
-                                                                            stages if self.timed else None)
+            image, label, meta, params, *targets = self.dataset.load_draw_with_params(
+                draw, self.on_error, stages if self.timed else None, self.targets)
             note = plain_params(params) if self.with_params else None
-            return image, label, np.append(meta, draw.epoch), note, stages
+            return (image, label, np.append(meta, draw.epoch), note, stages, *targets)
         except BadImageError as e:
             return self._bad(draw, e, stages)
 
@@ -143,7 +146,22 @@ def _collate_uint8(samples: list[tuple], pad: int | None = None) -> tuple:
     for s in samples:
         for k, v in s[4].items():
             stages[k] = stages.get(k, 0.0) + v
-    return images, labels, np.stack([s[2] for s in samples]), [s[3] for s in samples], stages, sizes
+    targets = collate_targets([s[5] for s in samples], pad) if len(samples) and len(samples[0]) > 5 else None
+    return images, labels, np.stack([s[2] for s in samples]), [s[3] for s in samples], stages, sizes, targets
+
+
+def collate_targets(per_sample: list[dict], pad: int | None) -> dict:
+    """A batch's targets (fields of :class:`~dali_backend.core.boundary.Batch`): masks ``[B, 1, H, W]``
+    uint8 (padded as the images are, with ``pad``), boxes and their labels as lists of ``[N_i, 4]``
+    float32 and ``[N_i]`` int64 tensors, and the boxes the policy dropped, summed."""
+    out: dict = {"dropped": int(sum(t["dropped"] for t in per_sample))}
+    if per_sample[0]["mask"] is not None:
+        masks = [t["mask"] for t in per_sample]
+        out["masks"] = torch.from_numpy(pad_images(masks, pad)[0] if pad is not None else np.stack(masks))
+    if per_sample[0]["boxes"] is not None:
+        out["boxes"] = [torch.from_numpy(np.array(t["boxes"], np.float32)) for t in per_sample]  # owned: writable
+        out["box_labels"] = [torch.from_numpy(np.array(t["box_labels"], np.int64)) for t in per_sample]
+    return out
 
 
 class _PlannedBatches(Sampler[list[Draw]]):
@@ -233,7 +251,7 @@ class TorchExecutor:
                         self.stop_workers()
                         raise LoaderClosedError("the DaliLoader was closed while this iterator was starting a pass; "
                                                 "start a new pass with a new DaliLoader")
-                images, labels, meta, notes, stages, sizes = self._next_batch(batches)
+                images, labels, meta, notes, stages, sizes, targets = self._next_batch(batches)
             except StopIteration:
                 if self._closed:  # close() from another thread: torch ends the pass it shut down, short
                     raise LoaderClosedError("the DaliLoader was closed while this iterator was waiting for a batch; "
@@ -255,7 +273,7 @@ class TorchExecutor:
             params = None if bad or not self.with_params else notes
             yield Batch(images=images, labels=labels, planned=meta[:, Served.PLANNED], served=meta[:, Served.SERVED],
                         positions=meta[:, Served.POSITION], epochs=meta[:, Served.EPOCH], params=params, bad=bad,
-                        stages=stages, in_flight=self._in_flight(), sizes=sizes)
+                        stages=stages, in_flight=self._in_flight(), sizes=sizes, **(targets or {}))
 
     def _in_flight(self) -> int:
         """Batches the DataLoader's workers hold or have finished ahead of this one (0 without workers)."""

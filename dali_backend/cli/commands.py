@@ -202,6 +202,39 @@ def demo_spec(size: int, bit_depth: int = 8):
                        mean=preset.mean, std=preset.std)
 
 
+def demo_masks(args) -> int:
+    """``demo --masks``: a synthetic MVTec AD category (defects drawn into image and mask), its test split
+    indexed with its masks, epochs of (image, mask) batches, img/s and the defect pixels' share."""
+    from .._own import own
+
+    from ..core.augment import AugmentSpec
+    from ..core.defects import generate_mvtec
+    from ..facade.loader import DaliLoader
+    from ..index import SampleIndex
+    from ..transforms import RandomHorizontalFlip, RandomResizedCrop, RandomRotation
+
+    w, h = args.size
+    root = generate_mvtec(Path(args.cache) / f"mvtec-{args.images}-{w}x{h}-s{args.seed}", n_good=args.images // 2,
+                          n_defect=max(1, args.images // 4), size=(w, h), seed=args.seed)
+    index = SampleIndex.from_mvtec(root, "plate", "test")
+    spec = AugmentSpec(ops=[RandomResizedCrop(args.out_size, scale=(0.6, 1.0)), RandomHorizontalFlip(),
+                            RandomRotation(15)], color="rgb")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        loader = DaliLoader(own("fallback.dataset").ImageDataset(index, spec, seed=args.seed),
+                            batch_size=args.batch_size, shuffle=True, seed=args.seed, num_workers=args.workers,
+                            device=args.device, backend=args.backend)
+    print(f"data: {root} ({len(index)} test images, classes {list(index.classes)}); loader: {loader.backend}")
+    for epoch in range(args.epochs):
+        loader.set_epoch(epoch)
+        t0, n, fg, px = time.perf_counter(), 0, 0, 0
+        for batch in loader:
+            n, fg, px = n + len(batch["label"]), fg + int(batch["mask"].count_nonzero()), px + batch["mask"].numel()
+        print(f"epoch {epoch}: {n} images with masks in {time.perf_counter() - t0:.2f} s; defect pixels {fg / px:.1%}")
+    loader.close()
+    return 0
+
+
 def cmd_demo(args) -> int:
     import numpy as np
 
@@ -215,6 +248,8 @@ def cmd_demo(args) -> int:
     from ..sampling.sampler import WeightedSampler
     from ..core.synthetic import generate_defect_dataset
 
+    if args.masks:
+        return demo_masks(args)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     if args.data:
@@ -333,6 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--bit-depth", type=int, default=8, choices=[8, 12, 16],
                    help="synthetic images' bits per value: 12 or 16 with --format png or tiff (read through a Window)")
     d.add_argument("--out-size", type=positive_int, default=256, help="square output size in pixels (default 256)")
+    d.add_argument("--masks", action="store_true",
+                   help="a synthetic MVTec AD category instead: (image, mask) batches of its test split (--images, "
+                        "--size, --out-size apply)")
     d.add_argument("--epochs", type=positive_int, default=3, help="epochs to run (default 3)")
     d.add_argument("--batch-size", type=positive_int, default=32)
     d.add_argument("--workers", type=int_range(0), default=os.cpu_count() or 1, help="loader workers / DALI threads")

@@ -93,6 +93,7 @@ class SampleSet:
     reader: SampleReader
     spec: AugmentSpec
     seed: int
+    box_policy: Any = None  # which moved boxes a draw keeps (an index with targets; None: BoxPolicy())
 
 
 Params = list  # one draw's parameters: one dict per operation of ``spec.transforms``, in order
@@ -167,6 +168,11 @@ class Batch:
         in_flight: batches the executor holds in progress or ready beyond this one.
         sizes: int64 ``[B, 2]`` numpy, each image's valid (height, width) at the top left of
             ``images``, where the spec pads variable-size batches (``pad_batch``); else None.
+        masks: uint8 ``[B, 1, H, W]`` class ids moved with the images (padded as they are), where the
+            index carries masks; else None.
+        boxes, box_labels: per image a float32 ``[N_i, 4]`` (XYXY pixels of the output) and an int64
+            ``[N_i]`` CPU tensor, where the index carries boxes; else None.
+        dropped: boxes the box policy dropped in this batch (clipped below its area or visibility).
     """
 
     images: torch.Tensor
@@ -180,6 +186,10 @@ class Batch:
     stages: dict[str, float] = field(default_factory=dict)
     in_flight: int = 0
     sizes: np.ndarray | None = None
+    masks: torch.Tensor | None = None
+    boxes: list | None = None
+    box_labels: list | None = None
+    dropped: int = 0
 
 
 class Executor(Protocol):

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..core.boundary import Kind, SampleSet
 from ..formats import registry
-from ..errors import BadImageError, ConfigError, ExecutorFailed, LoaderWorkerError
+from ..errors import BadImageError, ConfigError, ExecutorFailed, LoaderWorkerError, TargetError
 from ..util.procstats import dali_operator_cpu_seconds
 from ..core.reading import ClipTable
 from .failures import parse_dali_failure, worker_config_error
@@ -88,6 +88,9 @@ class DaliExecutor:
         config = worker_config_error(text)
         if config:  # a reader refused the spec for a file (a 16-bit image, no Window): the user's error, typed
             raise ConfigError(config) from failure.error
+        target = worker_config_error(text, "TargetError")
+        if target:  # a reader refused a sample's mask (values outside the declared classes): typed, as on torch
+            raise TargetError(target) from failure.error
         if not what.from_decoder:  # a reader callback raised, another operator failed: DALI's own error
             raise LoaderWorkerError(f"DALI's pipeline failed: {text.strip()[:3000]}; the next pass starts a new "
                                     "pipeline") from failure.error

@@ -50,12 +50,11 @@ def parse_dali_failure(text: str) -> DaliFailure:
     return DaliFailure(name, int(sample.group(1)) if sample else None, (lines[0] if lines else "")[:300])
 
 
-_CONFIG = "dali_backend.errors.ConfigError: "
-
-
-def worker_config_error(text: str) -> str | None:
+def worker_config_error(text: str, kind: str = "ConfigError") -> str | None:
     """The message of a :class:`~dali_backend.errors.ConfigError` a reader worker raised (a 16-bit file
-    under a spec without a Window: :func:`dali_backend.core.depth.check_served`), or None."""
-    if "Exception traceback received from worker" not in text or _CONFIG not in text:
+    under a spec without a Window: :func:`dali_backend.core.depth.check_served`), or of another error of
+    :mod:`dali_backend.errors` named by ``kind`` (``"TargetError"``: a mask refused when read), or None."""
+    marker = f"dali_backend.errors.{kind}: "
+    if "Exception traceback received from worker" not in text or marker not in text:
         return None
-    return text.rsplit(_CONFIG, 1)[1].strip().splitlines()[0]
+    return text.rsplit(marker, 1)[1].strip().splitlines()[0]

@@ -15,6 +15,7 @@ from ..core.augment import AugmentSpec
 from ..transforms import GraphContext
 from ..errors import MissingDependencyError
 from ..formats import registry
+from .targetgraph import mask_graph, mask_wire_count
 from .wire import DrawSource
 
 DALI_INSTALL_HINT = ("pip install nvidia-dali-cuda120 (CUDA 12 drivers) or nvidia-dali-cuda130 (CUDA 13); "
@@ -34,13 +35,14 @@ def import_dali():
 
 def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, device: Literal["cpu", "gpu"],
                    device_id: int | None, num_threads: int, py_num_workers: int, py_start_method: str = "fork",
-                   prefetch_queue_depth: int = 2, hw_decoder_load: float = 0.65, seed: int = 0):
+                   prefetch_queue_depth: int = 2, hw_decoder_load: float = 0.65, seed: int = 0, masks: bool = False):
     """Build (not yet run) the pipeline for ``spec``; outputs ``(images uint8 [B, C, H, W], labels, slots)``,
     and each image's ``[H, W, C]`` before padding when the spec pads variable-size batches (``pad_batch``).
 
     The graph is the spec's operations in order (``op.dali``), fed by the parameters the source
     sends: the external source's outputs and dtypes are ``spec.wire``, and each operation receives
-    its own parameters by name. When the first operation that changes pixels is a crop whose window
+    its own parameters by name. ``masks``: the source also sends each draw's mask and its steps'
+    arrays (:mod:`.targetgraph`), and the graph outputs the moved masks ``[B, 1, H, W]`` last. When the first operation that changes pixels is a crop whose window
     lies inside the image (``spec.region_crop``), only that window is decoded.
     """
     dali = import_dali()
@@ -57,9 +59,12 @@ def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, de
                        prefetch_queue_depth=prefetch_queue_depth, seed=seed, exec_dynamic=True,
                        enable_conditionals=any(op.CONDITIONALS and not op.is_identity for op in ops))
     def graph():
+        n_mask = 1 + mask_wire_count(spec) if masks else 0
         jpegs, labels, slots, *values = fn.external_source(
-            source=source, num_outputs=3 + len(wire), batch=False, parallel=True,
-            dtype=[types.UINT8, types.INT64, types.INT64] + [wire_types[p.dtype] for _, p in wire])
+            source=source, num_outputs=3 + len(wire) + n_mask, batch=False, parallel=True,
+            dtype=[types.UINT8, types.INT64, types.INT64] + [wire_types[p.dtype] for _, p in wire]
+            + ([types.UINT8] + [types.FLOAT] * (n_mask - 1) if masks else []))
+        values, mask_values = values[:len(wire)], values[len(wire):]
         params: list[dict] = [{} for _ in ops]
         for (k, p), node in zip(wire, values):  # equal lengths: num_outputs=3 + len(wire) (DALI's autograph has no strict=)
             params[k][p.name] = node
@@ -83,11 +88,18 @@ def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, de
         for k in range(first, len(ops)):
             if not ops[k].is_identity:
                 images = ops[k].dali(images, params[k], ctx)
+        extra = ()
+        if masks:  # the mask through the same geometry, by nearest neighbour (targetgraph)
+            mask = fn.reshape(mask_values[0], layout="HWC")
+            mask = mask_graph(fn, types, mask.gpu() if gpu else mask, spec, mask_values[1:])
+            if spec.pad_batch is not None:
+                mask = fn.pad(mask, axis_names="HW", align=[spec.pad_batch, spec.pad_batch], fill_value=0)
+            extra = (fn.transpose(mask, perm=[2, 0, 1]),)
         if spec.pad_batch is None:
-            return fn.transpose(images, perm=[2, 0, 1]), labels, slots
+            return (fn.transpose(images, perm=[2, 0, 1]), labels, slots) + extra
         # variable-size outputs: each image's size, then the batch padded to its largest (rounded up)
         sizes = images.shape(dtype=types.INT64)
         images = fn.pad(images, axis_names="HW", align=[spec.pad_batch, spec.pad_batch], fill_value=0)
-        return fn.transpose(images, perm=[2, 0, 1]), labels, slots, sizes
+        return (fn.transpose(images, perm=[2, 0, 1]), labels, slots, sizes) + extra
 
     return graph()

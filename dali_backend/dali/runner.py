@@ -34,6 +34,8 @@ from ..core.reading import SERVED_BAD
 from ..core.transfer import to_device
 from .devices import choose_start_method, local_ranks
 from .handoff import DeviceHandoff
+from .targetgraph import batch_targets
+from ..transforms.targets import BoxPolicy
 from .wire import ROW, Col, DrawSource, SlotRing, note_bytes, read_bad_draw, read_params
 from .workers import WorkerInit, starting_workers
 
@@ -219,6 +221,8 @@ class DaliRunner:
     interruption at an unknown point); the loader then builds a new runner for the next batch or pass.
     """
 
+    kinds: tuple[str, ...] = ()  # the index's targets the batches carry ("masks", "boxes"; dali.targetgraph)
+
     def __init__(self, samples: SampleSet, batch_size: int, gpu: bool, device_id: int | None, num_workers: int,
                  prefetch_queue_depth: int, hw_decoder_load: float, py_start_method: str | None, on_error: str,
                  timeout: float = 0.0, worker_init_fn=None, with_params: bool = False, clips=None):
@@ -239,9 +243,12 @@ class DaliRunner:
         longest = len(os.fsencode(index.root)) + 1 + int(np.diff(index.paths.offsets).max(initial=0))
         # clips under skip: the first reader of a clip chooses its replacement for all (SlotRing.decide)
         self.clip_len = clips.clip_len if clips is not None and on_error == "skip" else None
-        self.ring = SlotRing(4 * self.lookahead * batch_size, note_bytes(samples.spec, longest, with_params))
+        targets = index.annotations  # an index with targets: masks through the graph, boxes in the notes
+        self.ring = SlotRing(4 * self.lookahead * batch_size, note_bytes(samples.spec, longest, with_params, targets))
         # the dataset's reader: shares its cache
-        source = DrawSource(samples.reader, samples.spec, on_error, self.ring, with_params, clips)
+        source = DrawSource(samples.reader, samples.spec, on_error, self.ring, with_params, clips, targets,
+                            samples.box_policy or BoxPolicy())
+        self.kinds = () if targets is None else targets.kinds
         # torchrun starts one process per GPU on a node: share the node's cores between them
         threads = num_workers if num_workers > 0 else max(1, len(os.sched_getaffinity(0)) // local_ranks()[1])
         # Python workers only read files (checked bytes); DALI's threads decode. One reader kept up
@@ -254,7 +261,8 @@ class DaliRunner:
                                                 device_id=device_id, num_threads=threads, py_num_workers=readers,
                                                 py_start_method=py_start_method,
                                                 prefetch_queue_depth=prefetch_queue_depth,
-                                                hw_decoder_load=hw_decoder_load, seed=samples.seed)
+                                                hw_decoder_load=hw_decoder_load, seed=samples.seed,
+                                                masks="masks" in self.kinds)
             with starting_workers():
                 self.pipe.build()
         except BaseException:
@@ -262,7 +270,8 @@ class DaliRunner:
             raise
         pool = getattr(self.pipe, "_py_pool", None)
         self.worker_pids = list(pool.pids()) if pool is not None and hasattr(pool, "pids") else []
-        outputs = ["images", "labels", "slots"] + (["sizes"] if samples.spec.pad_batch is not None else [])
+        outputs = ["images", "labels", "slots"] + (["sizes"] if samples.spec.pad_batch is not None else []) \
+            + (["masks"] if "masks" in self.kinds else [])
         self.iterator = DALIGenericIterator([self.pipe], outputs, auto_reset=False,
                                             prepare_first_batch=False)
         self.device = torch.device("cuda", device_id) if gpu else torch.device("cpu")
@@ -451,9 +460,11 @@ class DaliRunner:
             m = self.samples.spec.pad_batch
             h, w = (-(-sizes[good].max(axis=0, initial=1) // m) * m).tolist() if good.any() else (m, m)
             images = images[:, :, :h, :w]
+        targets = batch_targets(self.ring, self.kinds, out, keep, rows, good, None if sizes is None else (h, w)) \
+            if self.kinds else {}
         return Batch(images=images, labels=labels, planned=rows[:, Col.INDEX], served=served,
                      positions=rows[:, Col.POSITION], epochs=rows[:, Col.EPOCH], params=params, bad=bad,
-                     stages={"read": read_s}, in_flight=len(self._queue), sizes=sizes)
+                     stages={"read": read_s}, in_flight=len(self._queue), sizes=sizes, **targets)
 
     def _bad_draw(self, slot: int):
         """The bad draw a reader worker met in ``slot`` (its note; the path from the index if it did not fit)."""

@@ -31,6 +31,7 @@ from ..core.depth import check_served
 from ..errors import BadImageError
 from ..formats.registry import decoded_size
 from ..core.reading import SERVED_BAD, ClipTable, OnError, SampleReader
+from .targetgraph import box_note_bytes, encode_note, mask_wire, moved_boxes
 from .workers import become_worker
 
 class Col(IntEnum):
@@ -172,7 +173,7 @@ class SlotRing:
             pass
 
 
-def note_bytes(spec: AugmentSpec, longest_path: int, with_params: bool) -> int:
+def note_bytes(spec: AugmentSpec, longest_path: int, with_params: bool, annotations=None) -> int:
     """The room a slot's note needs: a bad draw's fields (its path is ``longest_path`` bytes at most; a long
     reason is shortened to fit), or a draw's parameters as JSON (an upper bound: every number at its
     longest form; the parameters of an operation list have the same shapes for every draw)."""
@@ -188,7 +189,7 @@ def note_bytes(spec: AugmentSpec, longest_path: int, with_params: bool) -> int:
             return False if isinstance(v, bool) else "x" * 24  # repr(float) is at most 24 characters
 
         room = max(room, 256 + len(json.dumps(widest(template))))
-    return room + NOTE_HEADER
+    return room + box_note_bytes(annotations) + NOTE_HEADER
 
 
 class DrawSource:
@@ -208,8 +209,11 @@ class DrawSource:
     """
 
     def __init__(self, reader: SampleReader, spec: AugmentSpec, on_error: OnError, ring: SlotRing,
-                 with_params: bool = False, clips: ClipTable | None = None):
+                 with_params: bool = False, clips: ClipTable | None = None, annotations=None, box_policy=None):
         self.reader, self.spec, self.on_error, self.ring, self.with_params = reader, spec, on_error, ring, with_params
+        # an index with targets (dali.targetgraph): the mask and its steps' arrays after the parameters,
+        # the moved boxes in the note
+        self.annotations, self.box_policy = annotations, box_policy
         self.clips = clips if on_error == "skip" else None  # whole clips are replaced under skip
         self._clip_memo: tuple | None = None  # the last clip this process served: (key, frames, bytes or error)
         self.parent = os.getpid()
@@ -288,28 +292,46 @@ class DrawSource:
             try:
                 served, data = self._serve_frame(slot, index, epoch, position)
                 check_served(self.spec, data, self.reader.path(served))  # 16-bit data, 8-bit spec: ConfigError
-                size = decoded_size(data) if self.spec.needs_size else None
-                if size is None and self.spec.needs_size:
+                size = decoded_size(data) if self.spec.needs_size or self.annotations is not None else None
+                if size is None and (self.spec.needs_size or self.annotations is not None):
                     raise BadImageError(self.reader.path(served), served, int(self.reader.labels[served]), epoch,
                                         "no image header found, so its size-dependent operations cannot be drawn")
                 label = int(self.reader.labels[served])
                 p = self.spec.make_params(self.reader.seed, epoch, position, size)
+                targets = self._targets(served, p, size)
             except BadImageError as e:
                 bad = BadDraw.from_error(e)
         if kind != Kind.DRAW or bad is not None:
             data, served = np.frombuffer(PAD_JPEG, dtype=np.uint8), (-1 if bad is None else SERVED_BAD)
             label, p = -1, self.spec.make_params(0, 0, 0, PAD_SIZE)
+            targets = self._targets(None, p, PAD_SIZE)
             if bad is not None:
                 self.ring.write_note(slot, bad.to_json(self.ring.note_bytes - NOTE_HEADER))
-        elif self.with_params:
-            self.ring.write_note(slot, json.dumps(plain_params(p)).encode())
+        elif self.with_params or targets[1] is not None:
+            self.ring.write_note(slot, encode_note(plain_params(p) if self.with_params else None, targets[1]))
         out = [data, np.array(label, dtype=np.int64), np.append(row, (served, time.perf_counter_ns() - t0)).astype(np.int64)]
-        return tuple(out + self.spec.wire_arrays(p))
+        return tuple(out + self.spec.wire_arrays(p) + targets[0])
+
+    def _targets(self, served: int | None, p: list, size: tuple[int, int]) -> tuple[list, dict | None]:
+        """``(mask arrays, moved boxes or None)`` of a draw of sample ``served`` (None: padding, a bad draw) with
+        parameters ``p`` on an image of ``size``: the mask (``[H, W, 1]``) and its steps' arrays when the
+        index carries masks (:mod:`.targetgraph`), the boxes moved when it carries boxes."""
+        t = self.annotations
+        if t is None:
+            return [], None
+        arrays = []
+        if "masks" in t.kinds:
+            mask = np.zeros(size, np.uint8) if served is None else t.read_mask(self.reader.root, served, size)
+            arrays = [mask[:, :, None]] + mask_wire(self.spec, p, size)
+        boxes = None
+        if "boxes" in t.kinds and served is not None:
+            boxes = moved_boxes(self.spec, p, t, served, size, self.box_policy)
+        return arrays, boxes
 
 
 def read_params(ring: SlotRing, slot: int) -> Params:
     """The parameters a worker left in ``slot``'s note (``with_params``)."""
-    return json.loads(ring.read_note(slot))
+    return json.loads(ring.read_note(slot))["params"]
 
 
 def read_bad_draw(ring: SlotRing, slot: int) -> BadDraw:

@@ -13,6 +13,7 @@ import torch
 from ..core.boundary import Batch
 from ..errors import BadImageError
 from ..core.transfer import to_device
+from .targetbatches import has_targets, refuse_clip_targets, target_batch
 
 
 def sizes_of(sizes: np.ndarray | None) -> tuple:
@@ -46,6 +47,8 @@ class FrameBatches:
             images, labels = batch_transform(images, labels)
         meta = self.passes.batch_meta(batch, per_draw) if self.return_meta else None
         self.passes.account(batch.planned, batch.served, batch.positions)
+        if has_targets(batch):  # an index with targets: one dict per batch
+            return target_batch(images, labels, batch, meta)
         return (images, labels, *sizes_of(batch.sizes)) + (() if meta is None else (meta,))
 
 
@@ -64,6 +67,7 @@ class ClipBatches(FrameBatches):
         self.draws = self.plan.clip_draws(epoch, self.passes.pass_offset, draws)
 
     def output(self, batch: Batch, images: torch.Tensor, per_draw, batch_transform=None) -> tuple:
+        refuse_clip_targets(batch)  # per-frame masks of clips: not yet
         T = self.clip_len
         b = self.passes.batches_done
         draws = self.draws[b * self.batch_size:(b + 1) * self.batch_size]

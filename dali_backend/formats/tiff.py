@@ -155,7 +155,8 @@ def _check(head: bytes, size: int, max_pixels: int, load, tail: bytes) -> Check:
         return Check(e.args[0])
     except IndexError:  # the file shrank between reads
         return Check("truncated (the file ended while its IFD was read)")
-    return Check(_refusal(ifd, size, max_pixels), ifd.one(256), ifd.one(257))
+    return Check(_refusal(ifd, size, max_pixels), ifd.one(256), ifd.one(257),
+                 bit_depth=max(ifd.tags.get(258, (1,))))  # for the index (Check.bit_depth)
 
 
 def served_refusal(data: bytes | memoryview, indexed: tuple[int, int] | None = None) -> str | None:

@@ -1,5 +1,5 @@
 """The builders' work as free functions: a data root, keyword rules or a manifest -> candidate files
-(:class:`~.walk._Candidates`), and the candidates -> the checked files (sizes, mtimes, frame sizes) and
+(:class:`~.walk.Candidates`), and the candidates -> the checked files (sizes, mtimes, frame sizes) and
 the refused ones. :class:`~.core.SampleIndex`'s class methods are these plus the index's construction."""
 
 from __future__ import annotations
@@ -16,15 +16,16 @@ from ..errors import ConfigError, IndexBuildError, ManifestError
 from ..formats import registry
 from ..formats.jpeg import DEFAULT_MAX_PIXELS, not_regular_reason
 from ..core.labelling import KeywordRules
-from .manifest import _path_as_written, _read_manifest
+from .kinds import Kinds
+from .manifest import path_as_written, read_manifest
 from .parallel import map_in_chunks
-from .options import Verify, _capped, _opt
-from .report import _nothing_indexed, _reject_same_file_twice, _shared_identities
-from .verify import _decode_check
-from .walk import (Rejected, _Candidates, _count, _follow_symlinks_hint, _is_inside, _norm_rel, _refuse_split_layout,
-                   _subdirs, _walk_jpegs, class_folders, keyword_labelled, manifest_classes)
+from .options import Verify, capped, option_phrase
+from .report import nothing_indexed, reject_duplicate_files, shared_identities
+from .verify import decode_check
+from .walk import (Rejected, Candidates, count_text, follow_symlinks_hint, is_inside, norm_rel, refuse_split_layout,
+                   subfolders, walk_images, class_folders, keyword_labelled, manifest_classes)
 
-Built = tuple[Path, _Candidates, Sequence[str]]  # (root, candidate files with labels, class names in id order)
+Built = tuple[Path, Candidates, Sequence[str]]  # (root, candidate files with labels, class names in id order)
 
 
 def folder_candidates(root: str | os.PathLike, split: str | None, classes: Sequence[str] | None,
@@ -36,21 +37,21 @@ def folder_candidates(root: str | os.PathLike, split: str | None, classes: Seque
     root_real = os.path.realpath(root_path)
     base = root_path
     if split is not None:
-        split_dirs = _subdirs(str(root_path))
+        split_dirs = subfolders(str(root_path))
         if split not in split_dirs:
             raise IndexBuildError(f"split {split!r} not found under {str(root)!r} (found: {split_dirs or 'no folders'})")
-        found = sorted(set().union(*(_subdirs(str(root_path / s)) for s in split_dirs)))
+        found = sorted(set().union(*(subfolders(str(root_path / s)) for s in split_dirs)))
         base = root_path / split
     else:
-        found = _subdirs(str(root_path))
+        found = subfolders(str(root_path))
         if classes is None:
-            _refuse_split_layout(root_path, found)
+            refuse_split_layout(root_path, found)
     classes = class_folders(found, classes, root, str(base))
-    cand = _Candidates([], [], [], Counter())
+    cand = Candidates([], [], [], Counter())
     visited = {root_real}
     for entry in sorted(os.scandir(base), key=lambda e: e.name):
         if not entry.is_dir():
-            rel = _norm_rel(os.path.relpath(entry.path, root_path))
+            rel = norm_rel(os.path.relpath(entry.path, root_path))
             if registry.is_image_name(entry.name) and not entry.name.startswith("."):
                 cand.rejected.append(Rejected(rel, "not inside a class folder; move it into <root>/<class>/"))
             else:
@@ -60,13 +61,13 @@ def folder_candidates(root: str | os.PathLike, split: str | None, classes: Seque
         if not folder.is_dir():
             continue
         real = os.path.realpath(folder)
-        if not allow_outside_symlinks and not _is_inside(real, root_real):
-            cand.rejected.append(Rejected(_norm_rel(os.path.relpath(folder, root_path)),
+        if not allow_outside_symlinks and not is_inside(real, root_real):
+            cand.rejected.append(Rejected(norm_rel(os.path.relpath(folder, root_path)),
                                           f"class folder is a symlink leaving the data root (-> {real}); "
-                                          f"{_follow_symlinks_hint(root_path)}"))
+                                          f"{follow_symlinks_hint(root_path)}"))
             continue
         visited.add(real)
-        _walk_jpegs(str(folder), str(root_path), root_real, allow_outside_symlinks, cand, label, visited)
+        walk_images(str(folder), str(root_path), root_real, allow_outside_symlinks, cand, label, visited)
     return root_path, cand, classes
 
 
@@ -78,8 +79,8 @@ def keyword_candidates(root: str | os.PathLike, rules: Mapping[str, Sequence[str
     if not root_path.is_dir():
         raise IndexBuildError(f"data root {str(root)!r} is not a folder")
     root_real = os.path.realpath(root_path)
-    found = _Candidates([], [], [], Counter())
-    _walk_jpegs(str(root_path), str(root_path), root_real, allow_outside_symlinks, found, 0, {root_real})
+    found = Candidates([], [], [], Counter())
+    walk_images(str(root_path), str(root_path), root_real, allow_outside_symlinks, found, 0, {root_real})
     cand = keyword_labelled(found, kw)
     return root_path, cand, kw.classes
 
@@ -91,12 +92,12 @@ def manifest_candidates(path: str | os.PathLike, root: str | os.PathLike | None,
     mpath = Path(path)
     root_path = Path(root) if root is not None else mpath.parent
     if not root_path.is_dir():
-        raise ManifestError(f"manifest root {str(root_path)!r} is not a folder; pass {_opt('root')} the folder the "
+        raise ManifestError(f"manifest root {str(root_path)!r} is not a folder; pass {option_phrase('root')} the folder the "
                             "paths are relative to")
-    rows = _read_manifest(mpath, split, root_path, path_column, label_column, split_column, encoding)
+    rows = read_manifest(mpath, split, root_path, path_column, label_column, split_column, encoding)
     root_real = os.path.realpath(root_path)
     outside = []
-    cand = _Candidates([], [], [], Counter())
+    cand = Candidates([], [], [], Counter())
     seen: dict[str, tuple[str, str]] = {}
     entries = []
     normalised: dict[str, str] = {}  # rel as written -> rel_norm: a repeated line costs no realpath()
@@ -104,19 +105,19 @@ def manifest_candidates(path: str | os.PathLike, root: str | os.PathLike | None,
     for where, written, label in rows:
         rel_norm = normalised.get(written)
         if rel_norm is None:
-            rel = _path_as_written(root_path, written)
+            rel = path_as_written(root_path, written)
             full = rel if os.path.isabs(rel) else os.path.join(root_path, rel)
             real = os.path.realpath(full)
-            if not _is_inside(real, root_real):
+            if not is_inside(real, root_real):
                 outside.append(f"{where}: {rel!r} -> {real}")
                 continue
-            rel_norm = normalised[written] = _norm_rel(os.path.relpath(os.path.abspath(full), root_abs))
+            rel_norm = normalised[written] = norm_rel(os.path.relpath(os.path.abspath(full), root_abs))
         cand.listed(seen, entries, rel_norm, label, where)
     if outside:
-        shown = _capped(outside)
-        raise ManifestError(f"{mpath}: {_count(len(outside), 'entry resolves', 'entries resolve')} outside the root "
+        shown = capped(outside)
+        raise ManifestError(f"{mpath}: {count_text(len(outside), 'entry resolves', 'entries resolve')} outside the root "
                             f"{root_real!r} ({shown}). "
-                            f"Remove {'it' if len(outside) == 1 else 'them'} or pass {_opt('root')} a folder that "
+                            f"Remove {'it' if len(outside) == 1 else 'them'} or pass {option_phrase('root')} a folder that "
                             f"contains {'it' if len(outside) == 1 else 'them'}")
     classes = manifest_classes(mpath, entries, classes, cand)
     if not classes:
@@ -128,7 +129,7 @@ class FileChecks:
     """The checks of candidate files, filled by threads into numpy columns rather than a tuple per file
     (1M files: ~64 MB instead of ~350 MB): ``cols`` size, mtime, width, height; ``inode`` (device,
     inode), by which one file reached by two paths is found; ``reasons`` why each file is refused
-    (None: accepted). Shared by building (:func:`check_candidates`) and updating an index."""
+    (None: accepted); ``kinds`` the format and bit depth of each accepted file (:mod:`.kinds`). Shared by building (:func:`check_candidates`) and updating an index."""
 
     def __init__(self, root: Path | str, paths: Sequence[str], verify: Verify, max_pixels: int):
         n = len(paths)
@@ -136,6 +137,7 @@ class FileChecks:
         self.cols = np.zeros((n, 4), dtype=np.int64)
         self.inode = np.zeros((n, 2), dtype=np.uint64)
         self.reasons: list[str | None] = [None] * n
+        self.kinds = Kinds(n)
         self.no_inode: dict[int, str] = {}  # file systems without inode numbers: identity by real path
 
     def stat(self, i: int) -> os.stat_result | None:
@@ -166,24 +168,26 @@ class FileChecks:
         full = os.path.join(self.root, self.paths[i])
         res = registry.check_file(full, self.max_pixels)
         self.cols[i, 2], self.cols[i, 3] = res.width, res.height
-        self.reasons[i] = _decode_check(full) if res.reason is None and self.verify == "decode" else res.reason
+        self.kinds.set(i, res.format, res.bit_depth)
+        self.reasons[i] = decode_check(full) if res.reason is None and self.verify == "decode" else res.reason
 
     def __call__(self, i: int) -> None:
         st = self.stat(i)
         if st is not None:
             self.check(i, st)
 
-    def reject_same_file_twice(self, cand: _Candidates, classes: Sequence[str]) -> None:
+    def reject_same_file_twice(self, cand: Candidates, classes: Sequence[str]) -> None:
         """Refuse accepted candidates that are one file reached by two paths (see
-        :func:`~.report._reject_same_file_twice`)."""
+        :func:`~.report.reject_duplicate_files`)."""
         good = np.array([r is None for r in self.reasons], dtype=bool)
-        _reject_same_file_twice(cand, classes, self.reasons, _shared_identities(self.inode, good, self.no_inode))
+        reject_duplicate_files(cand, classes, self.reasons, shared_identities(self.inode, good, self.no_inode))
 
 
-def check_candidates(root: Path, cand: _Candidates, classes: Sequence[str], verify: Verify, max_pixels: int,
-                     workers: int, progress: bool | None) -> tuple[list[int], NDArray[np.int64], list[Rejected]]:
-    """Check every candidate (stat, then its JPEG headers, then a decode for ``verify="decode"``), in
-    ``workers`` threads: ``(positions kept, [kept, 4] sizes/mtimes/widths/heights, every refused file)``.
+def check_candidates(root: Path, cand: Candidates, classes: Sequence[str], verify: Verify, max_pixels: int,
+                     workers: int, progress: bool | None) -> tuple[list[int], NDArray[np.int64], list[Rejected], dict]:
+    """Check every candidate (stat, then its image headers, then a decode for ``verify="decode"``), in
+    ``workers`` threads: ``(positions kept, [kept, 4] sizes/mtimes/widths/heights, every refused file, the
+    index's format and bit-depth fields of the kept files)``.
 
     Raises:
         IndexBuildError: nothing is left (the message says what was found instead).
@@ -200,5 +204,5 @@ def check_candidates(root: Path, cand: _Candidates, classes: Sequence[str], veri
     rejected = list(cand.rejected) + [Rejected(cand.paths[i], r) for i, r in enumerate(reasons) if r is not None]
     rejected.sort(key=lambda r: r.path)
     if not keep:
-        raise IndexBuildError(_nothing_indexed(root, cand, rejected))
-    return keep, checks.cols[keep], rejected
+        raise IndexBuildError(nothing_indexed(root, cand, rejected))
+    return keep, checks.cols[keep], rejected, checks.kinds.fields(keep)

@@ -20,15 +20,17 @@ from ..util.strings import StringTable
 from .options import Verify
 from .report import headline, summary_text, warn_losses
 from .indexers import indexer_of
+from .kinds import BEFORE, checked_fields
 from .persist import fingerprint_of, load_index, save_index
 from .shards import Shards
+from .targets import IndexTargets, TargetsMixin
 from .update import check_source, source_of
-from .walk import Rejected, _Candidates, _count
+from .walk import Rejected, Candidates, count_text
 
 log = logging.getLogger("dali_backend")
 
 
-class SampleIndex:
+class SampleIndex(TargetsMixin):
     """An immutable list of (file, label) samples under one root folder or object-storage URL.
 
     Build it with :meth:`from_folder`, :meth:`from_manifest` or :meth:`from_keywords`; save it with
@@ -49,8 +51,11 @@ class SampleIndex:
             those of :attr:`ignored` (empty for an index saved before they were recorded).
         etags: each object's ETag at indexing time (a URL root), or None (a folder, or an index
             saved before ETags were recorded).
+        format_ids, format_names, bit_depths: each sample's format, by content (``format_names[format_ids[i]]``,
+            :attr:`formats`) and bits per value its header declares (uint8; 16: 16-bit PNG/TIFF): :mod:`.kinds`.
         shards: where packed samples lie (``dali-backend pack``: tar shards, one range read per sample),
             or None for loose files; see :mod:`.shards`.
+        annotations: masks and boxes per sample (:class:`~.targets.IndexTargets`) or None: :meth:`with_targets`.
         storage_options: credentials and settings for a URL root (never saved, printed or
             fingerprinted; pass them again to :meth:`load`).
         store: the root's store (:mod:`dali_backend.storage.stores`: a ``LocalStore`` for a folder), which
@@ -61,28 +66,31 @@ class SampleIndex:
     """
 
     __slots__ = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected",
-                 "ignored", "ignored_files", "etags", "storage_options", "shards", "fingerprint", "source",
-                 "__weakref__")
+                 "ignored", "ignored_files", "etags", "storage_options", "shards", "annotations", "fingerprint",
+                 "source", "format_ids", "format_names", "bit_depths", "__weakref__")
 
     def __init__(self, root: str | os.PathLike, paths: StringTable, labels: NDArray[np.int64],
                  classes: Sequence[str], sizes: NDArray[np.int64], mtimes: NDArray[np.int64],
                  widths: NDArray[np.int32], heights: NDArray[np.int32],
                  rejected: Iterable[Rejected] = (), ignored: Mapping[str, int] | None = None,
                  ignored_files: Iterable[Rejected] = (), etags: StringTable | None = None,
-                 storage_options: Mapping | None = None, shards: Shards | None = None, source: Mapping | None = None):
+                 storage_options: Mapping | None = None, shards: Shards | None = None, source: Mapping | None = None,
+                 format_ids: NDArray[np.uint8] | None = None, format_names: Sequence[str] = (BEFORE[0],),
+                 bit_depths: NDArray[np.uint8] | None = None, annotations: IndexTargets | None = None):
         n = len(paths)
+        kinds = checked_fields(n, format_ids, format_names, bit_depths)  # None: an index of before (JPEG, 8-bit)
         if shards is not None and len(shards) != n:
-            raise ConfigError(f"SampleIndex: shards place {_count(len(shards), 'sample')} for {_count(n, 'path')}")
+            raise ConfigError(f"SampleIndex: shards place {count_text(len(shards), 'sample')} for {count_text(n, 'path')}")
         if etags is not None and len(etags) != n:
-            raise ConfigError(f"SampleIndex: etags has {_count(len(etags), 'entry', 'entries')} for {_count(n, 'path')}")
+            raise ConfigError(f"SampleIndex: etags has {count_text(len(etags), 'entry', 'entries')} for {count_text(n, 'path')}")
         arrays = {"labels": (labels, np.int64), "sizes": (sizes, np.int64), "mtimes": (mtimes, np.int64),
                   "widths": (widths, np.int32), "heights": (heights, np.int32)}
         fixed = {}
         for name, (arr, dtype) in arrays.items():
             a = np.array(arr, dtype=dtype, copy=True).reshape(-1)
             if a.size != n:
-                raise ConfigError(f"SampleIndex: {name} has {_count(a.size, 'entry', 'entries')} for "
-                                  f"{_count(n, 'path')}")
+                raise ConfigError(f"SampleIndex: {name} has {count_text(a.size, 'entry', 'entries')} for "
+                                  f"{count_text(n, 'path')}")
             a.flags.writeable = False
             fixed[name] = a
         classes = tuple(str(c) for c in classes)
@@ -102,8 +110,11 @@ class SampleIndex:
         sa(self, "etags", etags)
         sa(self, "storage_options", dict(storage_options) if storage_options else None)
         sa(self, "shards", shards)
+        sa(self, "annotations", annotations)
         sa(self, "fingerprint", self._compute_fingerprint())
         sa(self, "source", check_source(source))
+        for name, value in zip(("format_ids", "format_names", "bit_depths"), kinds):
+            sa(self, name, value)
 
     def __setattr__(self, name, value):
         raise AttributeError(f"SampleIndex is immutable; cannot set {name!r} (build a new index instead)")
@@ -166,12 +177,18 @@ class SampleIndex:
         store = self.store
         return None if store.folder is not None else store
 
+    @property
+    def formats(self) -> NDArray[np.str_]:
+        """Each sample's format name (``"jpeg"``, ``"png"``...), built from :attr:`format_ids` on each access."""
+        return np.array(self.format_names, dtype=str)[self.format_ids]
+
     def class_counts(self) -> NDArray[np.int64]:
         """Number of samples per class, in the order of :attr:`classes`."""
         return np.bincount(self.labels, minlength=len(self.classes)).astype(np.int64)
 
     def summary(self) -> str:
-        """Counts per class, then every rejected file with its reason and every ignored file, grouped by reason.
+        """Counts per class and per format and bit depth, then every rejected file with its reason and every ignored
+        file, grouped by reason.
 
         The first line is the one logged when the index is built (counts and a few examples); the
         lines after it list every rejected file under its kind of reason (a file rejected several
@@ -195,7 +212,7 @@ class SampleIndex:
     def from_folder(cls, root: str | os.PathLike, split: str | None = None, *, classes: Sequence[str] | None = None,
                     verify: Verify = "header", max_pixels: int = DEFAULT_MAX_PIXELS,
                     allow_outside_symlinks: bool = False, workers: int = 8, progress: bool | None = None,
-                    storage_options: Mapping | None = None) -> SampleIndex:
+                    storage_options: Mapping | None = None, targets: Mapping | None = None) -> SampleIndex:
         """Index ``root/<class>/**/*.jpg`` (or ``root/<split>/<class>/**`` when ``split`` is given).
 
         Args:
@@ -221,6 +238,7 @@ class SampleIndex:
             progress: show a progress bar (None: when stderr is a terminal).
             storage_options: for a URL root: credentials, endpoint and request settings (see
                 :mod:`dali_backend.storage.client`); kept in memory for the loaders, never saved.
+            targets: masks and/or boxes per image (a table of :mod:`dali_backend.targets`): :meth:`with_targets`.
 
         Class folders whose names differ only in case or Unicode normalisation (``Dent`` and
         ``dent``; ``café`` precomposed and decomposed, e.g. one copied from macOS) are refused, not
@@ -234,8 +252,9 @@ class SampleIndex:
         source = source_of("folder", split=split, classes=classes, allow_outside_symlinks=allow_outside_symlinks,
                            verify=verify, max_pixels=max_pixels)
         how = indexer_of(root, storage_options)
-        return cls._checked(how, how.folder(split, classes, allow_outside_symlinks), verify, max_pixels, workers,
-                            progress, source)
+        index = cls._checked(how, how.folder(split, classes, allow_outside_symlinks), verify, max_pixels, workers,
+                             progress, source)
+        return index if targets is None else index.with_targets(targets)
 
     @classmethod
     def from_keywords(cls, root: str | os.PathLike, rules: Mapping[str, Sequence[str]] | KeywordRules = DEFAULT_KEYWORDS,
@@ -265,7 +284,7 @@ class SampleIndex:
                       max_pixels: int = DEFAULT_MAX_PIXELS, workers: int = 8, progress: bool | None = None,
                       path_column: str | None = None, label_column: str | None = None,
                       split_column: str | None = None, encoding: str | None = None,
-                      storage_options: Mapping | None = None) -> SampleIndex:
+                      storage_options: Mapping | None = None, targets: Mapping | None = None) -> SampleIndex:
         """Index the files listed in a manifest.
 
         Args:
@@ -302,13 +321,15 @@ class SampleIndex:
         really be named `` lead.jpg``), else without them (``a.jpg, ok``). Labels are stripped;
         labels that differ only in case or Unicode normalisation (``Dent`` and ``dent``) are an
         error unless ``classes=`` names both. A CSV error (an unclosed quote) names its line.
+        ``targets``: masks and/or boxes per image, as :meth:`with_targets`.
         """
         source = source_of("manifest", manifest=os.path.abspath(path), split=split, classes=classes,
                            path_column=path_column, label_column=label_column, split_column=split_column,
                            encoding=encoding, verify=verify, max_pixels=max_pixels)
         how = indexer_of(root, storage_options)
         built = how.manifest(path, split, classes, path_column, label_column, split_column, encoding)
-        return cls._checked(how, built, verify, max_pixels, workers, progress, source)
+        index = cls._checked(how, built, verify, max_pixels, workers, progress, source)
+        return index if targets is None else index.with_targets(targets)
 
     @classmethod
     def _checked(cls, how, built: tuple, verify: Verify, max_pixels: int, workers: int, progress: bool | None,
@@ -319,7 +340,7 @@ class SampleIndex:
         return cls._built(root, cand, classes, keep, cols, rejected, source=source, **extra)
 
     @classmethod
-    def _built(cls, root, cand: _Candidates, classes: Sequence[str], keep: list[int], cols: NDArray[np.int64],
+    def _built(cls, root, cand: Candidates, classes: Sequence[str], keep: list[int], cols: NDArray[np.int64],
                rejected: list[Rejected], **extra) -> SampleIndex:
         """The index of the checked candidates ``keep`` (columns: size, mtime, width, height), logged."""
         index = cls(root, StringTable.from_strings(cand.paths[i] for i in keep), np.asarray(cand.labels, np.int64)[keep],
@@ -366,7 +387,10 @@ class SampleIndex:
         return SampleIndex(self.root, self._paths.take(pos), self.labels[pos], self.classes, self.sizes[pos],
                            self.mtimes[pos], self.widths[pos], self.heights[pos], self.rejected, self.ignored,
                            self.ignored_files, None if self.etags is None else self.etags.take(pos),
-                           self.storage_options, None if self.shards is None else self.shards.take(pos))
+                           self.storage_options, None if self.shards is None else self.shards.take(pos),
+                           format_ids=self.format_ids[pos], format_names=self.format_names,
+                           bit_depths=self.bit_depths[pos],
+                           annotations=None if self.annotations is None else self.annotations.take(pos))
 
     def split(self, val_fraction: float, seed: int = 0, *, stratify: bool = False) -> tuple[SampleIndex, SampleIndex]:
         """Split into ``(train, val)`` deterministically.
@@ -409,8 +433,9 @@ class SampleIndex:
         """
         if self.shards is not None:  # packed: the shards are the files
             return self.shards.changed(self.root, self.bucket())
+        masks = [] if self.annotations is None else self.annotations.changed(self.root)
         return self.store.changed(self._paths, self.sizes, self.mtimes, self.etags,
-                                  range(len(self)) if positions is None else positions)
+                                  range(len(self)) if positions is None else positions) + masks
 
     # ----------------------------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike) -> None:
@@ -452,10 +477,9 @@ class SampleIndex:
         return load_index(cls, path, root, check, storage_options)
 
 
-
-
 _STATE_SLOTS = ("root", "_paths", "labels", "classes", "sizes", "mtimes", "widths", "heights", "rejected", "ignored",
-                "ignored_files", "etags", "storage_options", "shards", "fingerprint", "source")
+                "ignored_files", "etags", "storage_options", "shards", "fingerprint", "source", "format_ids",
+                "format_names", "bit_depths", "annotations")
 
 
 def _restore_index(values: tuple) -> SampleIndex:

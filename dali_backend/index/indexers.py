@@ -22,6 +22,7 @@ from ..errors import ConfigError
 from ..storage import stores
 from ..util.strings import StringTable
 from . import build, remote
+from .kinds import Kinds
 from .parallel import map_in_chunks
 
 LOCAL_ONLY = "storage_options apply to an s3:// URL root; this root is a local folder: drop them"
@@ -69,8 +70,9 @@ class FolderIndexer(Indexer):
                                            encoding), None)
 
     def check(self, root, cand, classes, infos, verify, max_pixels, workers, progress):
-        """``(positions kept, columns, rejected, extra fields of the index)``: :func:`.build.check_candidates`."""
-        return (*build.check_candidates(root, cand, classes, verify, max_pixels, workers, progress), {})
+        """``(positions kept, columns, rejected, extra fields of the index: formats and bit depths)``:
+        :func:`.build.check_candidates`."""
+        return build.check_candidates(root, cand, classes, verify, max_pixels, workers, progress)
 
     def recheck(self, index, root, cand, labels, classes, infos, old, same_label, verify, max_pixels, workers,
                 progress):
@@ -89,13 +91,14 @@ class FolderIndexer(Indexer):
             j = old[i]
             if j >= 0 and same_label[i] and index.sizes[j] == cols[i, 0] and index.mtimes[j] == cols[i, 1]:
                 cols[i, 2], cols[i, 3] = index.widths[j], index.heights[j]  # unchanged: not read
+                checks.kinds.copy(i, index, j)
                 return
             read[i] = True
             checks.check(i, st)
 
         map_in_chunks(check, n, workers, progress, "updating")
         checks.reject_same_file_twice(dataclasses.replace(cand, labels=labels.tolist()), classes)  # the update's ids
-        return cols, reasons, read, lambda kept: {}
+        return cols, reasons, read, checks.kinds.fields
 
     def no_source(self, index) -> str:
         return ("update: this index records no source (it was derived with subset()/split(), or saved by a release "
@@ -121,9 +124,10 @@ class ListingIndexer(Indexer):
 
     def check(self, root, cand, classes, infos, verify, max_pixels, workers, progress):
         """``(positions kept, columns, rejected, extra fields of the index: ETags, storage_options)``."""
-        keep, cols, etags, rejected = remote.check_candidates(root, self.store, cand, infos, verify, max_pixels,
-                                                              workers, progress)
-        return keep, cols, rejected, {"etags": StringTable.from_strings(etags), "storage_options": self.storage_options}
+        keep, cols, etags, rejected, kinds = remote.check_candidates(root, self.store, cand, infos, verify, max_pixels,
+                                                                     workers, progress)
+        return keep, cols, rejected, {"etags": StringTable.from_strings(etags), "storage_options": self.storage_options,
+                                      **kinds}
 
     def recheck(self, index, root, cand, labels, classes, infos, old, same_label, verify, max_pixels, workers,
                 progress):
@@ -137,24 +141,27 @@ class ListingIndexer(Indexer):
         reasons: list[str | None] = [None] * n
         etags = [""] * n
         read = np.zeros(n, dtype=bool)
+        kinds = Kinds(n)
         for i, rel in enumerate(paths):
             j, info = old[i], infos.get(rel)
             if j >= 0 and same_label[i] and info is not None and index.etags is not None and index.etags[j] \
                     and info.etag == index.etags[j] and info.size == index.sizes[j]:
                 cols[i] = index.sizes[j], index.mtimes[j], index.widths[j], index.heights[j]  # unchanged: not read
+                kinds.copy(i, index, j)
                 etags[i] = info.etag
             else:
                 read[i] = True
         todo = np.flatnonzero(read).tolist()
         results = remote.check_objects(root, self.store, [paths[i] for i in todo], infos, verify, max_pixels, workers,
                                        progress, "updating")
-        for i, (reason, info, w, h) in zip(todo, results):
+        for i, (reason, info, w, h, kind) in zip(todo, results):
             reasons[i] = reason
             if reason is None:
                 cols[i] = info.size, info.mtime_ns, w, h
+                kinds.set(i, *kind)
                 etags[i] = info.etag
         return cols, reasons, read, lambda kept: {"etags": StringTable.from_strings(etags[i] for i in kept),
-                                                  "storage_options": self.storage_options}
+                                                  "storage_options": self.storage_options, **kinds.fields(kept)}
 
     def no_source(self, index) -> str:
         return (f"update: this index of {index.root} records no source (it was built by a release that recorded none "

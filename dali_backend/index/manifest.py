@@ -16,7 +16,7 @@ from ..formats.jpeg import open_regular
 
 from ..formats.registry import extensions
 
-from .options import _name, _opt
+from .options import option_name, option_phrase
 
 
 
@@ -53,7 +53,7 @@ def manifest_text(path: Path, encoding: str | None = None) -> str:
         try:
             codecs.lookup(encoding)
         except (LookupError, TypeError):
-            raise ConfigError(f"{_name('encoding', encoding)} is not a text encoding Python knows; pass e.g. 'utf-8', "
+            raise ConfigError(f"{option_name('encoding', encoding)} is not a text encoding Python knows; pass e.g. 'utf-8', "
                               "'gbk' or 'cp1252'") from None
     try:
         with open_regular(path) as f:  # a FIFO named labels.csv must not block
@@ -93,9 +93,9 @@ def _undecodable(path: Path, data: bytes, e: UnicodeDecodeError, encoding: str |
             continue  # the file is not in this encoding either
         shown = line_bytes.decode(enc)
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        readings.append(f"as {_opt('encoding', enc)} it reads {shown!r}")
+        readings.append(f"as {option_phrase('encoding', enc)} it reads {shown!r}")
     fix = "save the manifest as UTF-8 (Excel: Save As > 'CSV UTF-8')"
-    how = _opt("encoding")
+    how = option_phrase("encoding")
     if how is not None:
         fix += f", or pass {how} naming the encoding it was saved in"
         if readings:
@@ -110,7 +110,7 @@ def read_manifest(path: Path, split: str | None, root: Path | None = None, path_
     text = manifest_text(path, encoding)
     if path.suffix.lower() == ".json":
         if path_column or label_column or split_column:
-            given = ", ".join(o for o in (_opt(k) for k, v in (("path_column", path_column), ("label_column", label_column),
+            given = ", ".join(o for o in (option_phrase(k) for k, v in (("path_column", path_column), ("label_column", label_column),
                                                                 ("split_column", split_column)) if v) if o)
             raise ManifestError(f"manifest {str(path)!r}: {given} apply to CSV manifests; a JSON manifest is "
                                 "{\"relative/path.jpg\": \"class\"}: drop them")
@@ -133,7 +133,7 @@ def read_manifest(path: Path, split: str | None, root: Path | None = None, path_
         if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
             raise ManifestError(f"manifest {str(path)!r} must be a JSON object {{\"relative/path.jpg\": \"class\"}}")
         if split is not None:
-            raise ManifestError(f"manifest {str(path)!r}: {_name('split', split)} needs a CSV manifest with a split "
+            raise ManifestError(f"manifest {str(path)!r}: {option_name('split', split)} needs a CSV manifest with a split "
                                 "column; a JSON manifest has none: drop it")
         rows = []
         for i, (k, v) in enumerate(data.items()):
@@ -222,7 +222,7 @@ def _read_csv_manifest(path: Path, text: str, split: str | None, root: Path | No
     def find(wanted: str | None, synonyms: tuple[str, ...], arg: str) -> int | None:
         if wanted is not None:
             if column_name(wanted) not in names:
-                raise ManifestError(f"{path}: {_name(arg, wanted)} is not a column of the header on line {line1} "
+                raise ManifestError(f"{path}: {option_name(arg, wanted)} is not a column of the header on line {line1} "
                                     f"(columns: {', '.join(repr(c) for c in head)})")
             return names.index(column_name(wanted))
         return next((names.index(n) for n in synonyms if n in names), None)
@@ -243,9 +243,9 @@ def _read_csv_manifest(path: Path, text: str, split: str | None, root: Path | No
     others = [i for i in range(len(head)) if i != guess_p and i != s_i]
     guess_l = l_i if l_i is not None else others[0] if guess_p is not None and len(others) == 1 else None
     if guess_p is not None and guess_l is not None:
-        columns = f"{_opt('path_column', head[guess_p].strip())} and {_opt('label_column', head[guess_l].strip())}"
+        columns = f"{option_phrase('path_column', head[guess_p].strip())} and {option_phrase('label_column', head[guess_l].strip())}"
     else:
-        columns = f"{_opt('path_column')} and {_opt('label_column')} naming them"
+        columns = f"{option_phrase('path_column')} and {option_phrase('label_column')} naming them"
     accepted = (f"a header needs a path column ({', '.join(PATH_COLUMNS)}) and a label column "
                 f"({', '.join(LABEL_COLUMNS)}), optionally a split column ({', '.join(SPLIT_COLUMNS)}); for other "
                 f"names pass {columns}")
@@ -255,8 +255,8 @@ def _read_csv_manifest(path: Path, text: str, split: str | None, root: Path | No
             raise ManifestError(f"{path}: the header on line {line1} ({', '.join(repr(c) for c in head)}) has no "
                                 f"{missing} column; {accepted}")
         if split is not None and s_i is None:
-            raise ManifestError(f"{path}: {_name('split', split)} was asked but the header on line {line1} has no split "
-                                f"column ({', '.join(SPLIT_COLUMNS)}); pass {_opt('split_column')} naming it")
+            raise ManifestError(f"{path}: {option_name('split', split)} was asked but the header on line {line1} has no split "
+                                f"column ({', '.join(SPLIT_COLUMNS)}); pass {option_phrase('split_column')} naming it")
         body, width = reader, len(head)
     else:
         if not looks_like_data:
@@ -277,11 +277,10 @@ def _read_csv_manifest(path: Path, text: str, split: str | None, root: Path | No
                                 "empty label would become a class '')")
         if split is not None:
             if s_i >= len(row):
-                raise ManifestError(f"{path}: line {line} has no split column but {_name('split', split)} was asked")
+                raise ManifestError(f"{path}: line {line} has no split column but {option_name('split', split)} was asked")
             if row[s_i].strip() != split:
                 continue
         rows.append((f"line {line}", rel, label))
     return rows
 
 
-_read_manifest, _path_as_written = read_manifest, path_as_written  # the names index.build imports (formats helper's file)

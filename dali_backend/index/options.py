@@ -76,7 +76,7 @@ def _cli_form(flag: str, value: object) -> str:
     return f"{flag} {shlex.quote(text)}"
 
 
-def _opt(keyword: str, value: object = _BARE) -> str | None:
+def option_phrase(keyword: str, value: object = _BARE) -> str | None:
     """How to pass option ``keyword`` (with ``value``) in an error message, for whoever called.
 
     Library use: ``split='train' (CLI: --split train)``. Under :func:`command_line`: the command's
@@ -91,14 +91,14 @@ def _opt(keyword: str, value: object = _BARE) -> str | None:
     return None if flag is None else _cli_form(flag, value)
 
 
-def _name(keyword: str, value: object) -> str:
+def option_name(keyword: str, value: object) -> str:
     """Option ``keyword=value`` restated (as the caller passed it) in an error message."""
     caller = _CALLER.get()
     flag = caller.get(keyword) if caller is not None else None
     return f"{keyword}={value!r}" if flag is None else _cli_form(flag, value)
 
 
-def _index_first(root: str | os.PathLike, keyword: str, value: object = _BARE) -> str:
+def index_first(root: str | os.PathLike, keyword: str, value: object = _BARE) -> str:
     """For a command without option ``keyword``: build the index with ``dali-backend index`` using it."""
     caller = _CALLER.get()
     data = caller.get("root") if caller is not None else "DATA"
@@ -110,7 +110,7 @@ def _index_first(root: str | os.PathLike, keyword: str, value: object = _BARE) -
 MAX_EXAMPLES = 5
 
 
-def _capped(items: Sequence[str], k: int = MAX_EXAMPLES, sep: str = "; ") -> str:
+def capped(items: Sequence[str], k: int = MAX_EXAMPLES, sep: str = "; ") -> str:
     """At most ``k`` of ``items`` joined, then ``and N more``: error and log lines stay short."""
     shown = sep.join(items[:k])
     return shown + (f"{sep}and {len(items) - k} more" if len(items) > k else "")

@@ -37,20 +37,22 @@ from ..storage import urls
 from ..storage import stores
 from ..storage.objects import ObjectChanged, ObjectInfo, ObjectMissing, Unreachable
 from ..storage.stores import Store
+from .kinds import UNREAD, Kinds
 from .manifest import read_manifest
-from .options import PACKAGE_FILES, Verify, _capped, _opt
-from .report import _nothing_indexed
+from .options import PACKAGE_FILES, Verify, capped, option_phrase
+from .report import nothing_indexed
 from .verify import decode_check_bytes
-from .walk import (Rejected, _Candidates, _count, _refuse_split_layout, class_folders, keyword_labelled,
+from .walk import (Rejected, Candidates, count_text, refuse_split_layout, class_folders, keyword_labelled,
                    manifest_classes)
 
 HEAD_RANGE = 16384  # bytes read first for the header check (JPEG headers without EXIF are < 2 KB)
 REMOTE_MIN_WORKERS = 32  # threads for a bucket's header checks: requests wait on the network, not the CPU
 PATIENT_FACTOR = 3  # objects unreachable at indexing are checked again with this many times the retries and backoff cap
 
+NOT_READ = (UNREAD, 0)  # the (format, bit depth) of an object whose headers were not read
 log = logging.getLogger("dali_backend")
 # (root URL, candidates, class names, listed objects by relative path)
-RemoteBuilt = tuple[str, _Candidates, Sequence[str], dict[str, ObjectInfo]]
+RemoteBuilt = tuple[str, Candidates, Sequence[str], dict[str, ObjectInfo]]
 
 
 class _Listing:
@@ -78,9 +80,9 @@ class _Listing:
         base = folder + "/" if folder else ""
         return [rel for rel in self.objects if rel.startswith(base) and "/" not in rel[len(base):]]
 
-    def walk(self, folder: str, cand: _Candidates, label: int) -> None:
+    def walk(self, folder: str, cand: Candidates, label: int) -> None:
         """Every JPEG below ``folder`` into ``cand`` with ``label`` (sorted); hidden names and other
-        extensions recorded as ignored, as :func:`~.walk._walk_jpegs` does on disk."""
+        extensions recorded as ignored, as :func:`~.walk.walk_images` does on disk."""
         base = folder + "/" if folder else ""
         hidden_seen: set[str] = set()
         for rel in sorted(r for r in self.objects if r.startswith(base)):
@@ -114,10 +116,10 @@ def folder_candidates(bucket: Store, split: str | None, classes: Sequence[str] |
     else:
         found = listing.subdirs("")
         if classes is None:
-            _refuse_split_layout(root, found, listing.subdirs)
+            refuse_split_layout(root, found, listing.subdirs)
     base_url = urls.join(root, base)
     classes = class_folders(found, classes, root, base_url, items="objects")
-    cand = _Candidates([], [], [], Counter())
+    cand = Candidates([], [], [], Counter())
     for rel in sorted(listing.files_in(base)):
         name = rel.rsplit("/", 1)[-1]
         if registry.is_image_name(name) and not name.startswith("."):
@@ -135,7 +137,7 @@ def keyword_candidates(bucket: Store, rules: Mapping[str, Sequence[str]] | Keywo
     """Every JPEG below the root, labelled by keywords: :func:`.build.keyword_candidates` for a bucket."""
     kw = rules if isinstance(rules, KeywordRules) else KeywordRules(rules)
     listing = _Listing(bucket)
-    found = _Candidates([], [], [], Counter())
+    found = Candidates([], [], [], Counter())
     listing.walk("", found, 0)
     cand = keyword_labelled(found, kw)
     return bucket.root, cand, kw.classes, listing.objects
@@ -148,12 +150,12 @@ def manifest_candidates(path: str | Path, bucket: Store, split: str | None, clas
     :meth:`SampleIndex.from_manifest`. Nothing is listed: each entry is checked on its own."""
     if stores.url_scheme(path) is not None:
         raise ManifestError(f"manifest {str(path)!r}: a manifest is read from a local file; download it first "
-                            f"(the paths in it may be relative to a URL root: pass {_opt('root')} the s3:// URL)")
+                            f"(the paths in it may be relative to a URL root: pass {option_phrase('root')} the s3:// URL)")
     mpath = Path(path)
     rows = read_manifest(mpath, split, None, path_column, label_column, split_column, encoding)
     outside, entries = [], []
     seen: dict[str, tuple[str, str]] = {}
-    cand = _Candidates([], [], [], Counter())
+    cand = Candidates([], [], [], Counter())
     for where, written, label in rows:
         rel = urls.relative_inside(written.strip())
         if rel is None:
@@ -161,31 +163,31 @@ def manifest_candidates(path: str | Path, bucket: Store, split: str | None, clas
             continue
         cand.listed(seen, entries, rel, label, where)
     if outside:
-        raise ManifestError(f"{mpath}: {_count(len(outside), 'entry leaves', 'entries leave')} the root {bucket.root!r} "
-                            f"({_capped(outside)}); paths must be relative to it, without '..' above it. Remove "
-                            f"{'it' if len(outside) == 1 else 'them'} or pass {_opt('root')} a URL that contains "
+        raise ManifestError(f"{mpath}: {count_text(len(outside), 'entry leaves', 'entries leave')} the root {bucket.root!r} "
+                            f"({capped(outside)}); paths must be relative to it, without '..' above it. Remove "
+                            f"{'it' if len(outside) == 1 else 'them'} or pass {option_phrase('root')} a URL that contains "
                             f"{'it' if len(outside) == 1 else 'them'}")
     classes = manifest_classes(mpath, entries, classes, cand)
     return bucket.root, cand, classes, {}
 
 
 def check_object(bucket: Store, rel: str, info: ObjectInfo | None, verify: Verify,
-                 max_pixels: int) -> tuple[str | None, ObjectInfo | None, int, int]:
-    """``(reason or None, the object's info, width, height)`` for one object, reading byte ranges only
+                 max_pixels: int) -> tuple[str | None, ObjectInfo | None, int, int, tuple[str, int]]:
+    """``(reason or None, the object's info, width, height, (format, bit depth))`` for one object, reading byte ranges only
     for ``verify="header"`` (see the module docstring)."""
     try:
         if info is None:
             info = bucket.head(rel)
         if verify == "none":
-            return None, info, 0, 0
+            return None, info, 0, 0, NOT_READ
         if info.size == 0:
-            return "empty file (0 bytes)", info, 0, 0
+            return "empty file (0 bytes)", info, 0, 0, NOT_READ
         etag = info.etag or None
         if verify == "decode":
             data, got = bucket.get(rel, etag)
             res = registry.check_bytes(data, max_pixels, rel)
             reason = res.reason or decode_check_bytes(data)
-            return reason, got, res.width, res.height
+            return reason, got, res.width, res.height, (res.format, res.bit_depth)
         head, got = bucket.get(rel, etag, 0, min(HEAD_RANGE, info.size))
         info = got
         if len(head) >= info.size:
@@ -203,16 +205,16 @@ def check_object(bucket: Store, rel: str, info: ObjectInfo | None, verify: Verif
             return head
 
         res = registry.check_head(head, info.size, max_pixels, load, tail, rel)
-        return res.reason, info, res.width, res.height
+        return res.reason, info, res.width, res.height, (res.format, res.bit_depth)
     except ObjectMissing:
-        return "missing file", info, 0, 0
+        return "missing file", info, 0, 0, NOT_READ
     except ObjectChanged:
-        return "object changed while it was being indexed (its ETag differs); index again", info, 0, 0
+        return "object changed while it was being indexed (its ETag differs); index again", info, 0, 0, NOT_READ
     except Unreachable as e:  # the store did not answer: no verdict on the object
-        return _Transient(str(e).split(": ", 1)[1] if ": " in str(e) else str(e)), info, 0, 0
+        return _Transient(str(e).split(": ", 1)[1] if ": " in str(e) else str(e)), info, 0, 0, NOT_READ
     except StorageError as e:
         text = str(e).split(": ", 1)[1] if ": " in str(e) else str(e)
-        return f"unreadable ({text})", info, 0, 0
+        return f"unreadable ({text})", info, 0, 0, NOT_READ
 
 
 def check_objects(root: str, bucket: Store, paths: Sequence[str], infos: Mapping[str, ObjectInfo], verify: Verify,
@@ -241,28 +243,31 @@ def check_objects(root: str, bucket: Store, paths: Sequence[str], infos: Mapping
                 results[k] = r
     unreachable = [f"{paths[k]} ({r[0]})" for k, r in enumerate(results) if isinstance(r[0], _Transient)]
     if unreachable:
-        raise StorageError(f"{root}: {_count(len(unreachable), 'object')} could not be read while indexing, only "
-                           f"transient failures after the retries and a longer second round ({_capped(unreachable)}); "
+        raise StorageError(f"{root}: {count_text(len(unreachable), 'object')} could not be read while indexing, only "
+                           f"transient failures after the retries and a longer second round ({capped(unreachable)}); "
                            "they are not bad files, so nothing was built without them. Check the store (throttling, "
                            "an overloaded gateway) and index again, or raise storage_options={'retries': ...}")
     return results
 
 
-def check_candidates(root: str, bucket: Store, cand: _Candidates, infos: Mapping[str, ObjectInfo],
+def check_candidates(root: str, bucket: Store, cand: Candidates, infos: Mapping[str, ObjectInfo],
                      verify: Verify, max_pixels: int, workers: int,
-                     progress: bool | None) -> tuple[list[int], NDArray[np.int64], list[str], list[Rejected]]:
+                     progress: bool | None) -> tuple[list[int], NDArray[np.int64], list[str], list[Rejected], dict]:
     """:func:`.build.check_candidates` for a bucket: ``(positions kept, [kept, 4] sizes/mtimes/widths/heights,
-    ETags of the kept objects, every refused object)``."""
+    ETags of the kept objects, every refused object, the index's format and bit-depth fields of the kept ones)``."""
     results = check_objects(root, bucket, cand.paths, infos, verify, max_pixels, workers, progress)
     keep = [i for i, r in enumerate(results) if r[0] is None]
     rejected = list(cand.rejected) + [Rejected(cand.paths[i], r[0]) for i, r in enumerate(results) if r[0] is not None]
     rejected.sort(key=lambda r: r.path)
     if not keep:
-        raise IndexBuildError(_nothing_indexed(root, cand, rejected))
+        raise IndexBuildError(nothing_indexed(root, cand, rejected))
     cols = np.array([(r[1].size, r[1].mtime_ns, r[2], r[3]) for r in (results[i] for i in keep)],
                     dtype=np.int64).reshape(-1, 4)
     etags = [results[i][1].etag for i in keep]
-    return keep, cols, etags, rejected
+    kinds = Kinds(len(keep))
+    for k, i in enumerate(keep):
+        kinds.set(k, *results[i][4])
+    return keep, cols, etags, rejected, kinds.fields(range(len(keep)))
 
 
 class _Transient(str):

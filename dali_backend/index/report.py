@@ -12,10 +12,11 @@ import numpy as np
 
 from ..errors import FilesNotIndexedWarning
 from ..formats import registry
-from .options import NOT_JPEG, _opt
-from .walk import Rejected, _Candidates, _count
+from .kinds import formats_text
+from .options import NOT_JPEG, option_phrase
+from .walk import Rejected, Candidates, count_text
 
-from .options import _capped
+from .options import capped
 
 log = logging.getLogger("dali_backend")
 
@@ -39,8 +40,8 @@ def _short(reason: str) -> str:
 def _rejected_digest(rejected: Sequence[Rejected], listed_below: bool = False) -> str:
     """``N (kind: count, ...; e.g. path: reason, ...)`` with a handful of kinds and examples."""
     kinds = Counter(_reason_kind(r.reason) for r in rejected).most_common()
-    text = _capped([f"{k}: {v}" for k, v in kinds], sep=", ")
-    examples = _capped([f"{r.path}: {_short(r.reason)}" for r in rejected[:3]] + [""] * max(0, len(rejected) - 3), 3)
+    text = capped([f"{k}: {v}" for k, v in kinds], sep=", ")
+    examples = capped([f"{r.path}: {_short(r.reason)}" for r in rejected[:3]] + [""] * max(0, len(rejected) - 3), 3)
     if listed_below and len(rejected) > 3:
         examples += ", all listed below"
     return f"{len(rejected)} ({text}; e.g. {examples})"
@@ -69,7 +70,7 @@ def _grouped(entries: Sequence[Rejected], kind_of: Callable[[str], str], detail:
     return lines
 
 
-def _reject_same_file_twice(cand: _Candidates, classes: Sequence[str], reasons: list[str | None],
+def reject_duplicate_files(cand: Candidates, classes: Sequence[str], reasons: list[str | None],
                             identities: list[tuple]) -> None:
     """Set a reason on candidates that are one file reached by two paths (symlinks, hard links).
 
@@ -97,9 +98,9 @@ def _reject_same_file_twice(cand: _Candidates, classes: Sequence[str], reasons: 
                               "indexed once; remove the extra link")
 
 
-def _shared_identities(inode: np.ndarray, good: np.ndarray, no_inode: dict[int, str]) -> list[tuple]:
+def shared_identities(inode: np.ndarray, good: np.ndarray, no_inode: dict[int, str]) -> list[tuple]:
     """Per candidate, its file identity where another accepted candidate may be the same file, else ``()``
-    (what :func:`_reject_same_file_twice` groups; a million distinct tuples would cost ~100 MB)."""
+    (what :func:`reject_duplicate_files` groups; a million distinct tuples would cost ~100 MB)."""
     ids: list[tuple] = [()] * len(inode)
     accepted = np.flatnonzero(good & (inode[:, 1] != 0))
     if accepted.size:
@@ -112,7 +113,7 @@ def _shared_identities(inode: np.ndarray, good: np.ndarray, no_inode: dict[int, 
     return ids
 
 
-def _nothing_indexed(root: Path, cand: _Candidates, rejected: Sequence[Rejected]) -> str:
+def nothing_indexed(root: Path, cand: Candidates, rejected: Sequence[Rejected]) -> str:
     """The error text for an index with no samples: what was found instead."""
     where = f"under {str(root)!r}"
     if rejected:
@@ -132,7 +133,7 @@ def _nothing_indexed(root: Path, cand: _Candidates, rejected: Sequence[Rejected]
     if hidden:
         text += "; also skipped: " + ", ".join(f"{k}: {v}" for k, v in sorted(hidden.items()))
     if rejected and all(r.reason == "missing file" for r in rejected):
-        how = _opt("root")
+        how = option_phrase("root")
         return text + (f". No listed file exists under {str(root)!r}: the manifest's paths must be relative to it"
                        + (f" (pass {how} the folder they are relative to)" if how else ""))
     return text + (". Fix or remove the rejected files" if rejected else ". Check the path, or convert the images to a "
@@ -164,10 +165,10 @@ def losses_text(index) -> str | None:
         n = sum(why.values())
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(why.items()))
         where = (f"class {owner!r} lost {n} of {n + int(counts[owner])}" if owner
-                 else f"{_count(n, 'file')} outside the classes")
+                 else f"{count_text(n, 'file')} outside the classes")
         parts.append(f"{where} ({reasons})")
     total = sum(sum(c.values()) for c in lost.values())
-    return (f"{_count(total, 'file')} under {index.root} left out of the index: " + "; ".join(parts)
+    return (f"{count_text(total, 'file')} under {index.root} left out of the index: " + "; ".join(parts)
             + ". index.summary() lists each file with its reason")
 
 
@@ -198,10 +199,11 @@ def summary_text(index) -> str:
 
 
 def headline(index, listed_below: bool = False) -> str:
-    """One line: counts per class, rejected files by kind with a few examples, ignored files by kind."""
+    """One line: counts per class, per format and bit depth (:func:`.kinds.formats_text`), rejected files by kind
+    with a few examples, ignored files by kind."""
     counts = ", ".join(f"{c} {k}" for c, k in zip(index.classes, index.class_counts()))
-    text = (f"indexed {_count(len(index), 'file')} in {_count(len(index.classes), 'class', 'classes')} ({counts}) "
-            f"under {index.root}")
+    text = (f"indexed {count_text(len(index), 'file')} in {count_text(len(index.classes), 'class', 'classes')} ({counts}) "
+            f"under {index.root}; {formats_text(index.format_ids, index.format_names, index.bit_depths)}")
     if index.rejected:
         text += f"; rejected {_rejected_digest(index.rejected, listed_below)}"
     if index.ignored:

@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 from ..errors import IndexFileError, OutputFileError
 from ..formats.jpeg import file_kind, open_regular
 
-from .options import _capped
+from .options import capped
 
 
 
@@ -107,9 +107,14 @@ def damaged(path: str | os.PathLike, what: str) -> IndexFileError:
                           "SampleIndex.from_folder(...).save(...) (CLI: dali-backend index ROOT --out FILE)")
 
 
-# Arrays an index file may hold or not: each object's ETag (a URL root), a string table like the paths.
-# Files written before they existed load without them.
-_OPTIONAL_ARRAYS = {"etag_data": np.uint8, "etag_offsets": np.int64, "shard_ids": np.int64, "shard_offsets": np.int64}
+# Arrays an index file may hold or not: each object's ETag (a URL root), a string table like the paths;
+# shard places; each sample's format code and bit depth (.kinds); targets (masks and boxes, .targets,
+# checked against each other when read). Files written before they existed load without them.
+_OPTIONAL_ARRAYS = {"etag_data": np.uint8, "etag_offsets": np.int64, "shard_ids": np.int64, "shard_offsets": np.int64,
+                    "format_ids": np.uint8, "bit_depths": np.uint8,
+                    "target_mask_data": np.uint8, "target_mask_offsets": np.int64, "target_mask_sizes": np.int64,
+                    "target_mask_mtimes": np.int64, "target_box_offsets": np.int64, "target_boxes": np.float32,
+                    "target_box_labels": np.int64}
 
 
 # Inflated, a saved index's arrays together may hold at most this many times the file's size (save()
@@ -165,10 +170,10 @@ def read_index_arrays(path: str | os.PathLike) -> dict[str, NDArray]:
 
 def _read_header(path: str | os.PathLike, zf: zipfile.ZipFile, members: Mapping[str, zipfile.ZipInfo], name: str,
                  dtype: type) -> _Declared:
-    """The ``.npy`` header of array ``name``: a 1-D integer array of ``dtype``'s width, filling its member."""
+    """The ``.npy`` header of array ``name``: a 1-D array of ``dtype``'s kind and width, filling its member."""
     info = members.get(f"{name}.npy")
     if info is None:
-        raise damaged(path, f"no {name!r} array; not a SampleIndex file (members: {_capped(sorted(members), sep=', ')})")
+        raise damaged(path, f"no {name!r} array; not a SampleIndex file (members: {capped(sorted(members), sep=', ')})")
     with zf.open(info) as m:
         version = np.lib.format.read_magic(m)
         if version == (1, 0):
@@ -178,7 +183,8 @@ def _read_header(path: str | os.PathLike, zf: zipfile.ZipFile, members: Mapping[
         else:
             raise damaged(path, f"array {name!r} has .npy format version {version}")
         offset = m.tell()
-    if len(shape) != 1 or shape[0] < 0 or dt.kind not in "iu" or dt.itemsize != np.dtype(dtype).itemsize:
+    kinds = "f" if np.dtype(dtype).kind == "f" else "iu"  # box coordinates are the one float array
+    if len(shape) != 1 or shape[0] < 0 or dt.kind not in kinds or dt.itemsize != np.dtype(dtype).itemsize:
         raise damaged(path, f"array {name!r} is {dt} of shape {shape}; expected a 1-D {np.dtype(dtype)} array")
     declared = _Declared(int(shape[0]), dt, offset)
     held = info.file_size - offset
@@ -191,7 +197,7 @@ def _read_header(path: str | os.PathLike, zf: zipfile.ZipFile, members: Mapping[
 def _check_declared(path: str | os.PathLike, declared: Mapping[str, _Declared], file_size: int) -> None:
     """Raise IndexFileError unless the declared lengths agree and their total is plausible for the file."""
     n = declared["labels"].count
-    for name in _PER_SAMPLE + ("shard_ids", "shard_offsets"):
+    for name in _PER_SAMPLE + ("shard_ids", "shard_offsets", "format_ids", "bit_depths"):
         if name in declared and declared[name].count != n:
             raise damaged(path, f"array {name!r} declares {declared[name].count} entries for {n} labels")
     for name in ("path_offsets", "etag_offsets"):

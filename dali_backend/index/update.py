@@ -37,7 +37,8 @@ from ..errors import ConfigError, IndexBuildError
 from ..formats.jpeg import DEFAULT_MAX_PIXELS
 from ..util.strings import StringTable
 from .indexers import indexer_of
-from .report import _nothing_indexed
+from .report import nothing_indexed
+from .targets import again as targets_again
 from .walk import Rejected
 
 log = logging.getLogger("dali_backend")
@@ -82,6 +83,10 @@ def update_index(index, *, workers: int = 8, progress: bool | None = None) -> tu
     """
     source = index.source
     how = indexer_of(index.root, index.storage_options)
+    if source is None and index.annotations is not None:  # from_annotations: the table is the index
+        raise ConfigError("update: this index was made by SampleIndex.from_annotations (the images its annotations "
+                          "name), which records no walk to repeat; build it again from the annotations: "
+                          "SampleIndex.from_annotations(root, read_coco(...)) (or read_yolo / read_voc / read_box_csv)")
     if source is None:
         raise ConfigError(how.no_source(index))
     root, cand, found, infos = how.again(source)
@@ -100,13 +105,15 @@ def update_index(index, *, workers: int = 8, progress: bool | None = None) -> tu
     rejected = sorted(list(cand.rejected) + [Rejected(cand.paths[i], r) for i, r in enumerate(reasons) if r is not None],
                       key=lambda r: r.path)
     if not good.any():
-        raise IndexBuildError(_nothing_indexed(root, cand, rejected))
+        raise IndexBuildError(nothing_indexed(root, cand, rejected))
     kept = np.flatnonzero(good)
     # samples still present in their old order, then the new files in walk order
     kept = kept[np.argsort(np.where(old[kept] >= 0, old[kept], len(index) + kept), kind="stable")]
     new = type(index)(root, StringTable.from_strings(cand.paths[i] for i in kept.tolist()), labels[kept], classes,
                       cols[kept, 0], cols[kept, 1], cols[kept, 2], cols[kept, 3], rejected, cand.ignored,
                       sorted(cand.ignored_files, key=lambda r: r.path), source=source, **extra(kept.tolist()))
+    if index.annotations is not None:  # the targets' readers again: new images get theirs, changed masks re-checked
+        new = targets_again(new, index.annotations)
     present = int((old[kept] >= 0).sum())
     rechecked = int((read[kept] & (old[kept] >= 0)).sum())
     report = UpdateReport(unchanged=present - rechecked, added=len(kept) - present, rechecked=rechecked,

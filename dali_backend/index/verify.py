@@ -24,7 +24,7 @@ from ..formats.jpeg import open_regular
 _DECODE_CHECK_MODES = (("RGB", "IMREAD_COLOR"), ("GRAY", "IMREAD_GRAYSCALE"))
 
 
-def _decode_check(path: str) -> str | None:
+def decode_check(path: str) -> str | None:
     """Decode ``path`` fully, in colour and in gray (:data:`_DECODE_CHECK_MODES`); ``None`` if it decodes
     cleanly in both, else the reason.
     """
@@ -37,7 +37,7 @@ def _decode_check(path: str) -> str | None:
 
 
 def decode_check_bytes(data: bytes) -> str | None:
-    """:func:`_decode_check` of a file's bytes held in memory (an object downloaded from a bucket)."""
+    """:func:`decode_check` of a file's bytes held in memory (an object downloaded from a bucket)."""
     try:
         import simplejpeg
     except ImportError as e:  # a declared dependency; only verify="decode" needs it

@@ -14,9 +14,9 @@ from ..errors import IndexBuildError
 from ..formats import registry
 from .options import NOT_JPEG, PACKAGE_FILES
 
-from .options import _index_first, _name, _opt
+from .options import index_first, option_name, option_phrase
 
-from .options import _capped
+from .options import capped
 
 
 
@@ -31,7 +31,7 @@ class Rejected:
 
 
 @dataclass
-class _Candidates:
+class Candidates:
     """Files proposed for the index before validation."""
 
     paths: list[str]
@@ -72,29 +72,29 @@ class _Candidates:
         self.ignored_files.append(Rejected(rel, kind))
 
 
-def _count(n: int, word: str, plural: str | None = None) -> str:
+def count_text(n: int, word: str, plural: str | None = None) -> str:
     """``n`` and ``word``, in the plural unless ``n`` is 1: ``1 file``, ``2 files``, ``3 entries``."""
     return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
-def _norm_rel(rel: str) -> str:
+def norm_rel(rel: str) -> str:
     return rel.replace(os.sep, "/")
 
 
-def _is_inside(path: str, root_real: str) -> bool:
+def is_inside(path: str, root_real: str) -> bool:
     return path == root_real or path.startswith(root_real.rstrip(os.sep) + os.sep)
 
 
-def _sorted_entries(folder: str, root: str, cand: _Candidates) -> list[os.DirEntry]:
+def _sorted_entries(folder: str, root: str, cand: Candidates) -> list[os.DirEntry]:
     try:
         with os.scandir(folder) as it:
             return sorted(it, key=lambda e: e.name)
     except OSError as e:
-        cand.rejected.append(Rejected(_norm_rel(os.path.relpath(folder, root)), f"unreadable folder ({e.strerror or e})"))
+        cand.rejected.append(Rejected(norm_rel(os.path.relpath(folder, root)), f"unreadable folder ({e.strerror or e})"))
         return []
 
 
-def _walk_jpegs(top: str, root: str, root_real: str, allow_outside_symlinks: bool, cand: _Candidates, label: int,
+def walk_images(top: str, root: str, root_real: str, allow_outside_symlinks: bool, cand: Candidates, label: int,
                 visited: set[str]) -> None:
     """Append every JPEG below ``top`` (sorted, depth first) to ``cand`` with ``label``.
 
@@ -112,7 +112,7 @@ def _walk_jpegs(top: str, root: str, root_real: str, allow_outside_symlinks: boo
             stack.pop()
             continue
         name = entry.name
-        rel = _norm_rel(os.path.relpath(entry.path, root))
+        rel = norm_rel(os.path.relpath(entry.path, root))
         if name.startswith("."):
             cand.ignore(name, rel)
             continue
@@ -122,9 +122,9 @@ def _walk_jpegs(top: str, root: str, root_real: str, allow_outside_symlinks: boo
             if not os.path.exists(target):
                 cand.rejected.append(Rejected(rel, f"broken symlink (-> {os.readlink(entry.path)})"))
                 continue
-            if not allow_outside_symlinks and not _is_inside(target, root_real):
+            if not allow_outside_symlinks and not is_inside(target, root_real):
                 cand.rejected.append(Rejected(rel, f"symlink leaves the data root (-> {target}); "
-                                                   f"{_follow_symlinks_hint(root)}"))
+                                                   f"{follow_symlinks_hint(root)}"))
                 continue
         if entry.is_dir(follow_symlinks=True):
             if target in visited:
@@ -139,41 +139,41 @@ def _walk_jpegs(top: str, root: str, root_real: str, allow_outside_symlinks: boo
             cand.ignore(name, rel)
 
 
-def _follow_symlinks_hint(root: str | os.PathLike) -> str:
+def follow_symlinks_hint(root: str | os.PathLike) -> str:
     """How to follow a symlink that leaves the data root, for whoever called."""
-    flag = _opt("allow_outside_symlinks", True)
-    return f"pass {flag} to follow it" if flag else f"to follow it, {_index_first(root, 'allow_outside_symlinks', True)}"
+    flag = option_phrase("allow_outside_symlinks", True)
+    return f"pass {flag} to follow it" if flag else f"to follow it, {index_first(root, 'allow_outside_symlinks', True)}"
 
 
-def _subdirs(path: str) -> list[str]:
+def subfolders(path: str) -> list[str]:
     return sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
 
 
 SPLIT_FOLDERS = frozenset({"train", "training", "val", "valid", "validation", "test", "testing"})
 
 
-def _refuse_split_layout(root: Path | str, found: Sequence[str],
+def refuse_split_layout(root: Path | str, found: Sequence[str],
                          subdirs: Callable[[str], list[str]] | None = None) -> None:
     """Raise IndexBuildError if ``root`` holds split folders (``train/<class>/``) instead of classes.
 
     ``subdirs(name)`` lists the folders inside ``root``'s folder ``name`` (default: on disk; a bucket's
     listing for a URL root, given as a string)."""
     if subdirs is None:
-        subdirs = lambda name: _subdirs(str(Path(root) / name))  # noqa: E731
+        subdirs = lambda name: subfolders(str(Path(root) / name))  # noqa: E731
     splits = {name: subdirs(name) for name in found if name.lower() in SPLIT_FOLDERS}
     splits = {name: sub for name, sub in splits.items() if sub}
     if not splits:
         return
     first = sorted(splits)[0] if "train" not in splits else "train"
-    shown = "; ".join(f"{name}/ holds {_capped(sub, 3, ', ')}" for name, sub in sorted(splits.items()))
+    shown = "; ".join(f"{name}/ holds {capped(sub, 3, ', ')}" for name, sub in sorted(splits.items()))
     as_root_text = f"{root}/{first}" if isinstance(root, str) else str(root / first)
-    split, as_root, classes = _opt("split", first), _opt("root", as_root_text), _opt("classes", sorted(found))
+    split, as_root, classes = option_phrase("split", first), option_phrase("root", as_root_text), option_phrase("classes", sorted(found))
     if split:
         fix = f"Pass {split} to index one split" + (f", or pass {as_root}" if as_root else "")
     else:
-        fix = "To index one split, " + (f"pass {as_root}, or " if as_root else "") + _index_first(root, "split", first)
+        fix = "To index one split, " + (f"pass {as_root}, or " if as_root else "") + index_first(root, "split", first)
     fix += (f". If these really are classes, pass {classes}" if classes else
-            f". If these really are classes, {_index_first(root, 'classes', sorted(found))}")
+            f". If these really are classes, {index_first(root, 'classes', sorted(found))}")
     raise IndexBuildError(
         f"{str(root)!r} looks like a split layout, not one folder per class ({shown}); indexing it would take "
         f"{', '.join(repr(n) for n in sorted(splits))} as class names. {fix}")
@@ -206,7 +206,7 @@ def _refuse_lookalikes(names: Sequence[str], error: Callable[[str], Exception]) 
                 "case and Unicode normalisation"
             pairs.append(f"{_spelling(other)} and {_spelling(name)} (differ only in {what})")
     if pairs:
-        raise error(_capped(pairs))
+        raise error(capped(pairs))
 
 
 def _resolve_classes(found: Sequence[str], classes: Sequence[str] | None, error) -> list[str]:
@@ -230,22 +230,22 @@ def class_folders(found: Sequence[str], classes: Sequence[str] | None, root, bas
         IndexBuildError: look-alike folder names, folders not in ``classes``, or no class folder.
     """
     if classes is None:
-        keep = _opt("classes", found)
+        keep = option_phrase("classes", found)
         keep = (f"pass {keep} to keep them apart" if keep else
-                f"to keep them apart, {_index_first(root, 'classes', found)}")
+                f"to keep them apart, {index_first(root, 'classes', found)}")
         _refuse_lookalikes(found, lambda pairs: IndexBuildError(
             f"class folders {pairs} under {str(root)!r} would become separate classes. Rename one folder of each "
             f"pair (or move its {items} into the other), or {keep}"))
     classes = _resolve_classes(found, classes, lambda unknown, cl: IndexBuildError(
-        f"class folders [{_capped([repr(u) for u in unknown], sep=', ')}] under {base!r} are not in "
-        f"{_name('classes', cl)}; add them to it or move them out of the root"))
+        f"class folders [{capped([repr(u) for u in unknown], sep=', ')}] under {base!r} are not in "
+        f"{option_name('classes', cl)}; add them to it or move them out of the root"))
     if not classes:
         raise IndexBuildError(f"no class folders under {base!r}; expected {base}/<class>/*.jpg")
     return classes
 
 
 def manifest_classes(mpath, entries: Sequence[tuple[str, str]], classes: Sequence[str] | None,
-                     cand: _Candidates) -> list[str]:
+                     cand: Candidates) -> list[str]:
     """The classes of a manifest's ``(path, label)`` entries (``classes`` checked against the labels, or
     the labels found, refusing look-alikes), the entries added to ``cand`` with their class ids.
 
@@ -258,9 +258,9 @@ def manifest_classes(mpath, entries: Sequence[tuple[str, str]], classes: Sequenc
     if classes is None:
         _refuse_lookalikes(labels_found, lambda pairs: ManifestError(
             f"{mpath}: labels {pairs} would become separate classes. Spell each class one way in the manifest, "
-            f"or pass {_opt('classes', labels_found)} to keep them apart"))
+            f"or pass {option_phrase('classes', labels_found)} to keep them apart"))
     classes = _resolve_classes(labels_found, classes, lambda unknown, cl: ManifestError(
-        f"{mpath}: labels {_capped([repr(u) for u in unknown], sep=', ')} are not in {_name('classes', cl)}; add "
+        f"{mpath}: labels {capped([repr(u) for u in unknown], sep=', ')} are not in {option_name('classes', cl)}; add "
         "them or fix the manifest"))
     class_id = {c: i for i, c in enumerate(classes)}
     for rel, lab in entries:
@@ -269,10 +269,10 @@ def manifest_classes(mpath, entries: Sequence[tuple[str, str]], classes: Sequenc
     return classes
 
 
-def keyword_labelled(found: _Candidates, kw) -> _Candidates:
+def keyword_labelled(found: Candidates, kw) -> Candidates:
     """``found`` (every JPEG under a root, label 0) labelled by keyword rules ``kw``: a file matching no
     class or several goes to the rejected files with the rule's reason, never guessed."""
-    cand = _Candidates([], [], found.rejected, found.ignored, found.extensions, found.ignored_files)
+    cand = Candidates([], [], found.rejected, found.ignored, found.extensions, found.ignored_files)
     class_id = {c: i for i, c in enumerate(kw.classes)}
     for rel in found.paths:
         name, reason = kw.label(rel)

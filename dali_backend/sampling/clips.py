@@ -22,7 +22,7 @@ from torch.utils.data import Sampler
 from ..errors import ConfigError
 from ..core.reading import ClipTable
 from .sampler import LabelledItems, Mode, WeightedSampler, check_epoch
-from .sequences import SHOWN, Sequences, _shown
+from .sequences import SHOWN, Sequences, shown_text
 
 log = logging.getLogger("dali_backend")
 ClipLabel = Literal["sequence", "majority"]
@@ -124,7 +124,7 @@ class ClipSampler(Sampler[Clip]):
             shown = [f"{seqs.names[int(s)]!r} ({int(lengths[s])} frames)" for s in self.skipped[:SHOWN]]
             log.warning("ClipSampler: %d sequence(s) shorter than a clip (%d frames: clip_len=%d, stride=%d) give no "
                         "clip: %s", len(self.skipped), span, self.clip_len, self.stride,
-                        _shown(shown, len(self.skipped)))
+                        shown_text(shown, len(self.skipped)))
         total = int(counts.sum())
         if total == 0:
             raise ConfigError(f"ClipSampler: no sequence holds a clip of {span} frames (clip_len={self.clip_len}, "
@@ -164,7 +164,7 @@ class ClipSampler(Sampler[Clip]):
                     shown.append(f"{seqs.names[int(s)]!r} (" + ", ".join(
                         f"{self.index.classes[c]} {int(k)}" for c, k in enumerate(found) if k) + ")")
                 raise ConfigError(f"ClipSampler: {len(mixed)} sequence(s) hold frames of different classes: "
-                                  f"{_shown(shown, len(mixed))}; a clip's label would be a guess. Fix the labels, "
+                                  f"{shown_text(shown, len(mixed))}; a clip's label would be a guess. Fix the labels, "
                                   "or pass label='majority' (each clip takes the most frequent label of its frames, "
                                   "ties to the smaller class id)")
             return low[self.clip_sequence].astype(np.int64)

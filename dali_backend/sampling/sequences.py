@@ -51,7 +51,7 @@ def frame_number(name: str) -> int:
     return int(m.group(1)) if m else -1
 
 
-def _shown(items: list, total: int | None = None) -> str:
+def shown_text(items: list, total: int | None = None) -> str:
     total = len(items) if total is None else total
     return ", ".join(str(x) for x in items[:SHOWN]) + (f", ... ({total} in all)" if total > SHOWN else "")
 
@@ -98,7 +98,7 @@ class Sequences:
         self.gaps = _frozen(self._find_gaps())
         if len(self.gaps):
             log.warning("%s: %d gap(s) in the frame numbering: %s (see Sequences.report())", self._what(),
-                        len(self.gaps), _shown(self._gap_texts(), len(self.gaps)))
+                        len(self.gaps), shown_text(self._gap_texts(), len(self.gaps)))
 
     # ----------------------------------------------------------------------------------- builders
     @classmethod
@@ -225,7 +225,7 @@ class Sequences:
         if missing.size:
             shown = [index.paths[int(i)] for i in missing[:SHOWN]]
             raise ConfigError(f"Sequences.from_manifest: {missing.size} frame(s) of the index have no row in {path}: "
-                              f"{_shown(shown, int(missing.size))}; add them to the manifest (sequence and frame), or "
+                              f"{shown_text(shown, int(missing.size))}; add them to the manifest (sequence and frame), or "
                               "build the index from the manifest's files only")
         if outside:
             log.info("Sequences.from_manifest: %d row(s) of %s name files outside the index (another split?); "
@@ -268,7 +268,7 @@ class Sequences:
                          f"{int(n[order[d]])} of sequence {self.names[int(s[order[d]])]!r})")
         where = "rename or remove one file of each pair" if self.source == "folders" else \
             f"give each frame its own number in {self.source}"
-        raise ConfigError(f"{self._what()}: {len(dup)} duplicate frame number(s): {_shown(lines, len(dup))}; two "
+        raise ConfigError(f"{self._what()}: {len(dup)} duplicate frame number(s): {shown_text(lines, len(dup))}; two "
                           f"files for one frame cannot be ordered without guessing: {where}")
 
     def _find_gaps(self) -> NDArray[np.int64]:

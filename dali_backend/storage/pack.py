@@ -7,7 +7,7 @@ index order, ``<key>.<ext>`` (the file's bytes, unchanged; ``ext`` the first ext
 ``jpg``, ``png``, ``tif``, ``bmp``, ``webp``) and ``<key>.cls`` (its class id as text), with
 ``key`` the sample's position in the source index (8 digits), so WebDataset and DALI's
 ``readers.webdataset`` read them as they are. The packed index keeps every sample's original relative
-path, label, size and frame size, so :meth:`SampleIndex.split`, ``on_error`` replacements and error
+path, label, size, frame size, format and bit depth, so :meth:`SampleIndex.split`, ``on_error`` replacements and error
 messages behave as before, and decoding a packed sample gives the same pixels as the loose file.
 
 Every sample is read through the checked reader first: a file that changed since indexing is a
@@ -56,12 +56,15 @@ def pack(index: SampleIndex, out: str | os.PathLike, shard_bytes: int = DEFAULT_
 
     Raises:
         BadImageError: a sample cannot be read or fails the run-time checks (named).
-        ConfigError: ``shard_bytes`` is not positive.
+        ConfigError: ``shard_bytes`` is not positive, or the index carries targets (not supported yet).
         OutputFileError: a shard or the index cannot be written.
     """
     if isinstance(shard_bytes, bool) or not isinstance(shard_bytes, int) or shard_bytes <= 0:
         raise ConfigError(f"shard_bytes={shard_bytes!r}; must be a positive number of bytes (default "
                           f"{DEFAULT_SHARD_BYTES})")
+    if index.annotations is not None:  # the masks would have to travel in the shards: not yet
+        raise ConfigError(f"pack: the index of {index.root} carries targets (masks or boxes); packing them into "
+                          "shards is not supported yet: train from the loose files, or pack an index without targets")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     reader = SampleReader.for_index(index, seed=0)
@@ -99,6 +102,7 @@ def pack(index: SampleIndex, out: str | os.PathLike, shard_bytes: int = DEFAULT_
     packed = SampleIndex(out, StringTable(index.paths.data, index.paths.offsets), index.labels, index.classes,
                          index.sizes, index.mtimes, index.widths, index.heights, index.rejected, index.ignored,
                          index.ignored_files, shards=Shards(tuple(names), tuple(sizes), ids, offsets, tuple(mtimes),
-                                                               tuple(digests)))
+                                                               tuple(digests)),
+                         format_ids=index.format_ids, format_names=index.format_names, bit_depths=index.bit_depths)
     packed.save(out / INDEX_NAME)
     return packed

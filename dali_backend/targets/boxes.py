@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import TargetError
-from .records import ImageTargets, Size, check_boxes, existing
+from .records import ImageTargets, Size, check_boxes, existing, recorded
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 
@@ -62,6 +62,7 @@ def header_size(path: Path) -> Size:
     return size
 
 
+@recorded("root")
 def read_coco(path: str | Path, root: str | Path | None = None) -> dict[str, ImageTargets]:
     """A COCO detection file: ``images`` (``id``, ``file_name``, ``width``, ``height``) and ``annotations``
     (``image_id``, ``bbox`` = ``[x, y, w, h]``, ``category_id``). An image without annotations gets no
@@ -115,6 +116,7 @@ def read_coco(path: str | Path, root: str | Path | None = None) -> dict[str, Ima
     return _table(rows, str(path))
 
 
+@recorded("root")
 def read_yolo(root: str | Path, images: str = "images", labels: str = "labels",
               image_sizes: Mapping[str, Size] | Callable[[Path], Size] | None = None) -> dict[str, ImageTargets]:
     """YOLO txt labels: ``<root>/<labels>/<stem>.txt`` for ``<root>/<images>/<stem>.<image suffix>`` (the
@@ -169,6 +171,7 @@ def read_yolo(root: str | Path, images: str = "images", labels: str = "labels",
     return _table(rows, str(label_dir))
 
 
+@recorded("root")
 def read_voc(folder: str | Path, root: str | Path | None = None,
              classes: Sequence[str] | None = None) -> dict[str, ImageTargets]:
     """Pascal VOC XML files (every ``*.xml`` under ``folder``): ``filename`` (the key, as written: a path
@@ -225,6 +228,7 @@ def read_voc(folder: str | Path, root: str | Path | None = None,
 CSV_COLUMNS = ("path", "x1", "y1", "x2", "y2", "label")
 
 
+@recorded("root")
 def read_box_csv(path: str | Path, root: str | Path | None = None, classes: Sequence[str] | None = None,
                  image_sizes: Mapping[str, Size] | None = None,
                  columns: Sequence[str] = CSV_COLUMNS) -> dict[str, ImageTargets]:

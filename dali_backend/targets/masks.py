@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import TargetError
-from .records import ImageTargets, Size
+from .records import ImageTargets, Size, TargetTable, recorded
 
 GOOD = "good"  # MVTec AD's folder of defect-free images
 
@@ -31,6 +31,7 @@ def _files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in suffixes)
 
 
+@recorded("root")
 def mvtec_masks(root: str | Path, suffixes: tuple[str, ...] = (".png",)) -> dict[str, ImageTargets]:
     """The MVTec AD rule over every ``<cat>/{train,test}/<kind>/<name>`` image under ``root``: a mask
     path (relative to ``root``) for each defect test image, None for ``good`` and training images.
@@ -66,6 +67,7 @@ def mvtec_masks(root: str | Path, suffixes: tuple[str, ...] = (".png",)) -> dict
     return out
 
 
+@recorded(None)
 def suffix_masks(images: str | Path, masks: str | Path | None = None, suffix: str = "_mask",
                  mask_ext: str = ".png", suffixes: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".bmp"),
                  missing: Literal["background", "error"] = "background") -> dict[str, ImageTargets]:
@@ -96,7 +98,7 @@ def suffix_masks(images: str | Path, masks: str | Path | None = None, suffix: st
                               "a mask as all background")
         else:
             out[image.relative_to(base).as_posix()] = ImageTargets(mask=None, source=f"suffix {suffix!r}")
-    return out
+    return TargetTable(out, base=str(base.absolute()))
 
 
 def _rel(path: Path, base: Path) -> str:

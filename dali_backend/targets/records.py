@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +43,58 @@ class ImageTargets:
                 and np.array_equal(self.labels, other.labels))
 
 
+class TargetTable(dict):
+    """A reader's table (relative image path -> :class:`ImageTargets`) that remembers where its keys are
+    relative to (``base``, an absolute folder; None: the data root of the index it joins) and how it
+    was read (``recipe``: the readers and their arguments, JSON), so that an index built with it can
+    read it again on ``update`` (``dali-backend index --update``). A plain dict works too, without the
+    update."""
+
+    def __init__(self, entries=(), base: str | None = None, recipe: list | None = None):
+        super().__init__(entries)
+        self.base, self.recipe = base, recipe
+
+
+def _plain(value):
+    """An argument as JSON: paths absolute (a recipe is read again from another working folder)."""
+    if isinstance(value, (str, Path)) and value != "" and os.path.exists(value):
+        return os.path.abspath(value)
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return _NOT_JSON
+
+
+_NOT_JSON = object()
+
+
+def recorded(base_argument: str | None):
+    """A reader's decorator: its table as a :class:`TargetTable`, keys relative to the argument named
+    ``base_argument`` (None: the index's root), with the call as its recipe (none when an argument
+    is not plain JSON, e.g. a function for ``image_sizes``)."""
+
+    def wrap(reader):
+        signature = inspect.signature(reader)
+
+        @functools.wraps(reader)
+        def read(*args, **kwargs):
+            table = reader(*args, **kwargs)
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            plain = {k: _plain(v) for k, v in bound.arguments.items()}
+            recipe = None if any(v is _NOT_JSON for v in plain.values()) else [{"reader": reader.__name__,
+                                                                                "args": plain}]
+            base = getattr(table, "base", None)
+            if base is None and base_argument is not None and bound.arguments.get(base_argument) is not None:
+                base = os.path.abspath(bound.arguments[base_argument])
+            return TargetTable(table, base, recipe)
+        return read
+    return wrap
+
+
 def check_boxes(boxes: NDArray[np.float32], size: Size | None, where: str) -> None:
     """Refuse boxes with ``x2 < x1`` or ``y2 < y1``, non-finite coordinates, or (``size`` given, (h, w))
     corners outside the image. ``where(k)`` names the k-th box's file and line or field.
@@ -70,7 +125,7 @@ def existing(root: Path | None, rel: str, where: str) -> None:
                           "annotation or pass the data root the paths are relative to")
 
 
-def merge_sources(*tables: dict[str, ImageTargets]) -> dict[str, ImageTargets]:
+def merge_sources(*tables: dict[str, ImageTargets]) -> TargetTable:
     """One table from several sources (e.g. the boxes of a COCO file and masks by a pairing rule): an
     image's boxes from one source and its mask from another combine; the same image given boxes (or
     masks) by two sources is refused, unless both say exactly the same.
@@ -79,6 +134,11 @@ def merge_sources(*tables: dict[str, ImageTargets]) -> dict[str, ImageTargets]:
         TargetError: two conflicting annotation sources for one image, naming both.
     """
     out: dict[str, ImageTargets] = {}
+    bases = {getattr(t, "base", None) for t in tables}
+    if len(bases) > 1:
+        raise TargetError(f"merge_sources: the tables' keys are relative to different folders {sorted(map(str, bases))}; "
+                          "read every source relative to one data root (their root= argument)")
+    recipes = [getattr(t, "recipe", None) for t in tables]
     for table in tables:
         for rel, t in table.items():
             have = out.get(rel)
@@ -95,4 +155,5 @@ def merge_sources(*tables: dict[str, ImageTargets]) -> dict[str, ImageTargets]:
             take = t if len(t.labels) else have
             out[rel] = ImageTargets(take.boxes, take.labels, have.mask if have.mask is not None else t.mask,
                                     " + ".join(s for s in (have.source, t.source) if s))
-    return out
+    recipe = None if any(r is None for r in recipes) else [step for r in recipes for step in r]
+    return TargetTable(out, bases.pop() if bases else None, recipe)

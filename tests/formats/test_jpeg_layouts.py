@@ -18,7 +18,7 @@ import pytest
 
 from tests.helpers import jpeg_bytes, with_exif_orientation, write
 from dali_backend import AugmentSpec, BadImageError, SampleIndex, WeightedSampler
-from dali_backend.index import _decode_check
+from dali_backend.index import decode_check
 from dali_backend.formats.jpeg import check_jpeg_bytes, decoded_size, header_refusal
 from dali_backend.core.reading import SampleReader
 
@@ -382,6 +382,6 @@ def test_decode_check_decodes_in_colour_and_in_gray(tmp_path, name, mode):
     check (it used to decode in gray only, so a gray lossless file passed and then failed in an RGB
     loader)."""
     path = write(tmp_path / "x.jpg", REFUSED_FRAMES[name][0])
-    reason = _decode_check(str(path))
+    reason = decode_check(str(path))
     assert reason is not None and f"in {mode}" in reason and "Unsupported color conversion" in reason, reason
-    assert _decode_check(str(write(tmp_path / "ok.jpg", GRAY_JPEG))) is None
+    assert decode_check(str(write(tmp_path / "ok.jpg", GRAY_JPEG))) is None

@@ -12,6 +12,7 @@ from dali_backend import AugmentSpec, DaliLoader, SampleIndex, WeightedSampler
 from dali_backend import reading
 from fallback import ImageDataset
 from fallback.dataset import _options
+from dali_backend.transforms.targets import BoxPolicy
 
 SPEC = AugmentSpec(size=16, dtype="uint8")
 
@@ -30,6 +31,7 @@ OPTIONS = {
     "cache_dir": ("CACHE", lambda ds, tmp: ds.reader.disk is not None
                   and ds.reader.disk.folder == str(tmp / "cache") and entries(tmp / "cache") == len(ds.index)),
     "cache_limit_bytes": (2**30, lambda ds, _: ds.reader.disk is not None and ds.reader.disk.limit == 2**30),
+    "box_policy": (BoxPolicy(min_area=3.0), lambda ds, _: ds.box_policy == BoxPolicy(min_area=3.0)),
 }
 
 

@@ -1,7 +1,8 @@
 """The CPU mask kernels (dali_backend/transforms/targets.py) equal DALI's nearest-neighbour operators on
 DALI's CPU backend: ``fn.resize`` and ``fn.warp_affine`` with ``INTERP_NN`` on the same drawn parameters
-give the same class ids, pixel for pixel (``fn.rotate``: all but rare ties). The loaders do not run masks through DALI
-yet; this pins the rule the graph will use."""
+give the same class ids, pixel for pixel (``fn.rotate``: all but rare ties). This pins the rule the DALI graph's
+mask steps use (dali_backend/dali/targetgraph.py); the loaders' masks are compared end to end in
+tests/targets/test_targets_both_backends.py."""
 
 from __future__ import annotations
 
