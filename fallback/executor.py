@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
 from dali_backend.core.boundary import BadDraw, Batch, Plan, Served, plain_params
 from dali_backend.errors import BadImageError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError
@@ -26,6 +26,7 @@ from dali_backend.core.reading import SERVED_BAD, ClipTable
 from dali_backend.sampling.sampler import Draw
 
 from .dataset import ImageDataset
+from .ops import one_intra_op_thread
 
 
 # samples between heap trims in a worker: a trim returns the full-resolution temporaries' pages, which
@@ -62,11 +63,23 @@ class _Uint8View(Dataset):
     def __getitems__(self, draws: list[Draw]) -> list:
         """A batch (torch's fetcher calls this with the batch's draws): objects in a bucket are fetched
         concurrently first, so the batch waits for the network once, then decoded one by one."""
+        if get_worker_info() is None:  # in the training process (num_workers=0): one thread, as a worker
+            with one_intra_op_thread():
+                return self._fetch(draws)
+        return self._fetch(draws)
+
+    def _fetch(self, draws: list[Draw]) -> list:
         self.dataset.reader.prefetch([d.index for d in draws])
         if self.clips is not None:
             T = self.clips.clip_len
-            return [s for k in range(0, len(draws), T) for s in self._clip(draws[k:k + T])]
-        return [self[d] for d in draws]
+            samples = [s for k in range(0, len(draws), T) for s in self._clip(draws[k:k + T])]
+        else:
+            samples = [self[d] for d in draws]
+        if self.timed:  # the intra-op threads the operations ran on, per sample (report(): oversubscription)
+            threads = float(torch.get_num_threads())
+            for s in samples:
+                s[4]["intra_op_threads"] = threads  # dali_backend.telemetry.THREADS_KEY (a layer above)
+        return samples
 
     def _clip(self, draws: list[Draw]) -> list:
         """The samples of one clip's frames under ``on_error="skip"``: every frame of the clip, or every

@@ -5,12 +5,19 @@
 * :func:`apply_spec`: every operation's own CPU implementation (``Transform.apply``), in order, with
   the draw's parameters: the preset too (its list is ``[Clahe, Resize, RandomRotation, ColorJitter]``);
   there is no second implementation of any step here;
+* :func:`one_intra_op_thread`: the loader's own work in the training process (``num_workers=0``,
+  ``dali-backend diagnose``) runs on one torch intra-op thread, as in a DataLoader worker (torch sets 1
+  there): on torch's default of one thread per core the exact resize's products fought the rest of the
+  machine (200x200 images cost 20-31 ms in-process against 2.3-4.5 ms in a worker, loaded machine);
 * :func:`resize` (re-exported): the Resize operation's kernel, DALI's CPU ``fn.resize`` to the bit
   (:mod:`dali_backend.transforms.resample`); :func:`normalize` (re-exported): the normalisation both
   backends share.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 from numpy.typing import NDArray
@@ -50,6 +57,24 @@ def decode_16(buf: NDArray[np.uint8], color: str) -> NDArray[np.uint16] | None:
     if img is None:
         return None
     return img.astype(np.uint16) * np.uint16(257) if img.dtype == np.uint8 else img.astype(np.uint16, copy=False)
+
+
+@contextmanager
+def one_intra_op_thread() -> Iterator[None]:
+    """Run the block on one torch intra-op thread, the setting torch gives DataLoader workers, and restore
+    the caller's setting after (also when the block raises). For the loader's own work in the training
+    process: the operations then cost what they cost in a worker."""
+    import torch
+
+    before = torch.get_num_threads()
+    if before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # ----------------------------------------------------------------------------------------- resize

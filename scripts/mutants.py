@@ -87,8 +87,8 @@ MUTANTS: list[Mutant] = [
     # ------------------------------------------------------------------ per-draw parameters
     M("params-ignore-position", "each draw its own parameters (seed, epoch, position)",
       "dali_backend/transforms/base.py",
-      "return np.random.default_rng([AUG_STREAM, int(seed), int(epoch), int(position)]).random(n)",
-      "return np.random.default_rng([AUG_STREAM, int(seed), int(epoch)]).random(n)",
+      "p3 = _mix(_mix(_mix(_hashmix(position, 3), c6), c9), c12)",
+      "p3 = _mix(_mix(_mix(_hashmix(0, 3), c6), c9), c12)",
       ("tests/fallback/test_fallback.py::test_draws_get_their_own_parameters", "tests/core/test_augment.py")),
     M("params-shared-offsets", "an operation's numbers depend on its offset only",
       "dali_backend/core/augment.py",

@@ -35,6 +35,8 @@ log = logging.getLogger("dali_backend.metrics")
 
 RECENT_S = 10.0  # the window of the *_recent metrics, in seconds of wall time
 STAGES = ("read", "decode", "augment", "decode+augment", "normalize")
+# beside the stages' seconds, each sample's intra-op threads (summed like them, read as a mean per image)
+THREADS_KEY = "intra_op_threads"
 
 # name -> (unit, meaning). The documented set: loader.metrics() returns these keys, exporters use them.
 METRICS: dict[str, tuple[str, str]] = {
@@ -63,6 +65,9 @@ METRICS: dict[str, tuple[str, str]] = {
     "workers": ("count", "the executor's worker processes alive"),
     "workers_cpu_percent": ("%", "this pass: CPU use of the worker processes, summed (100 = one core)"),
     "workers_pss_mb": ("MB", "memory of the worker processes (PSS), summed"),
+    "intra_op_threads": ("count", "torch intra-op threads the operations ran on, in each worker or in the training "
+                                  "process (torch executor; 1 in DataLoader workers and for its own in-process work; "
+                                  "None where not measured)"),
 }
 HOW = {"torch": {"read": "wall time per image in the DataLoader workers", "decode": "same", "augment": "same",
                  "normalize": "wall time in the training process"},
@@ -198,6 +203,8 @@ class LoaderTelemetry:
             value = stage_s.get(name)
             out[f"stage_ms.{name}"] = 1e3 * value / self._stage_images if value is not None and self._stage_images \
                 else None
+        threads = stage_s.get(THREADS_KEY)
+        out["intra_op_threads"] = threads / self._stage_images if threads is not None and self._stage_images else None
         out.update(self._processes(now))
         return out
 
@@ -301,6 +308,10 @@ def verdict(m: dict, cores: int | None = None) -> str:
     what, advice = STAGE_ADVICE[worst]
     lines.append(f"Verdict: the loader is the bottleneck, and its largest cost is {what}: {stages[worst]:.2f} ms per "
                  f"image (all stages, ms/img: {costs}).")
+    over = oversubscription(m, cores)
+    if over:
+        lines.append(over)
+        advice = "one torch thread per worker first (torch.set_num_threads(1) in worker_init_fn), then " + advice
     workers, busy = m.get("workers") or 0, m.get("workers_cpu_percent")
     if workers and busy is not None:
         lines.append(f"Its {workers} worker process(es) used {busy:.0f}% CPU (100% = one core)"
@@ -310,6 +321,21 @@ def verdict(m: dict, cores: int | None = None) -> str:
                      "is cheap, the GPU decoder is the limit (try hw_decoder_load=0.9, or smaller images).")
     lines.append(f"What to change: {advice}.")
     return "\n".join(lines)
+
+
+def oversubscription(m: dict, cores: int | None) -> str | None:
+    """The line naming thread oversubscription, when the operations ran on more threads than the cores
+    (``max(workers, 1) x intra_op_threads > cores``); None otherwise or where not measured."""
+    threads = m.get("intra_op_threads")
+    if not threads or not cores:
+        return None
+    workers = m.get("workers") or 0
+    total = max(workers, 1) * threads
+    if total <= cores:
+        return None
+    where = f"{workers} worker process(es) x {threads:g}" if workers else f"the training process's {threads:g}"
+    return (f"Thread oversubscription: {where} torch intra-op thread(s) = {total:g} threads on {cores} cores; the "
+            "operations' threads wait for each other, so the stage costs above include that wait.")
 
 
 def live(telemetry: LoaderTelemetry | None) -> LoaderTelemetry:

@@ -169,11 +169,14 @@ def _round_dali(v: NDArray[np.float32], scalar: NDArray[np.bool_]) -> NDArray[np
     return np.clip(r, 0, 255).astype(np.uint8)
 
 
-def _sequential(values: NDArray, w: NDArray[np.float32]) -> NDArray[np.float32]:
+def running_sum(values: NDArray, w: NDArray[np.float32]) -> NDArray[np.float32]:
     """``sum_k w[..., k] * values[..., k]`` over the last axis, each product and each add rounded to
     float32, k in order (DALI's loop)."""
     products = values * w                   # uint8 or float32 times float32: float32
-    return np.add.accumulate(products, axis=-1)[..., -1]   # a running sum: each add rounded, in order
+    acc = products[..., 0].copy()
+    for k in range(1, products.shape[-1]):  # a running sum: each add rounded, in order (what
+        acc += products[..., k]             # np.add.accumulate does, without its per-row inner loops)
+    return acc
 
 
 def _as_hwc(img: Image) -> Image:
@@ -213,11 +216,11 @@ def _exact_at(src: Image, ys, xs, cs, height: int, width: int, antialias: bool) 
     rx, wx = ax.idx[xs] * channels + cs[:, None], ax.w[xs]  # [K, Sx] (column offsets)
     flat = src.reshape(-1)
     if order == "x":   # horizontal first: intermediate at (row ry[k], column x), then down the rows
-        inter = _sequential(flat[ry[:, :, None] + rx[:, None, :]], wx[:, None, :])      # [K, Sy]
-        v = _sequential(inter, wy)
+        inter = running_sum(flat[ry[:, :, None] + rx[:, None, :]], wx[:, None, :])      # [K, Sy]
+        v = running_sum(inter, wy)
     else:              # vertical first: intermediate at (row y, column rx[j]), then along the row
-        inter = _sequential(flat[ry[:, None, :] + rx[:, :, None]], wy[:, None, :])      # [K, Sx]
-        v = _sequential(inter, wx)
+        inter = running_sum(flat[ry[:, None, :] + rx[:, :, None]], wy[:, None, :])      # [K, Sx]
+        v = running_sum(inter, wx)
     return _round_dali(v, _scalar_tail(order, width, channels, xs, cs, w0, antialias))
 
 
