@@ -26,12 +26,13 @@ def clip_index(tmp_path_factory):
     return clip_index_at(tmp_path_factory.mktemp("clips"), (160, 128), runs=1, frames=4)
 
 
-def run(index, backend, ops=RECIPE, **kw):
+def run(index, backend, ops=RECIPE, step=1, on_error="raise", **kw):
     if backend != "torch":
         pytest.importorskip("nvidia.dali")
     spec = AugmentSpec(ops=ops, color="rgb", dtype="uint8")
-    sampler = ClipSampler(Sequences.from_index(index), clip_len=CLIP_LEN, step=1, mode="sequential", seed=0)
-    loader = DaliLoader(ImageDataset(index, spec, seed=3), batch_size=2, sampler=sampler, **LOADER_ARGS[backend], **kw)
+    sampler = ClipSampler(Sequences.from_index(index), clip_len=CLIP_LEN, step=step, mode="sequential", seed=0)
+    loader = DaliLoader(ImageDataset(index, spec, seed=3, on_error=on_error), batch_size=2, sampler=sampler,
+                        **LOADER_ARGS[backend], **kw)
     try:
         return list(loader), sampler
     finally:
@@ -66,25 +67,51 @@ def test_clips_carry_per_frame_masks_and_boxes_that_cover_each_frames_defect(cli
     assert union > 1000 and inter / union >= 0.98, (inter, union)
 
 
+def kernel_targets(index, i: int, epoch: int, position: int, ops=RECIPE):
+    """Sample ``i``'s mask and boxes through the CPU kernels with the draw ``(seed 3, epoch, position)``."""
+    t, size = index.annotations, (int(index.heights[i]), int(index.widths[i]))
+    spec = AugmentSpec(ops=ops, color="rgb", dtype="uint8")
+    mask, boxes, _ = move_targets(spec.transforms, spec.make_params(3, epoch, position, size),
+                                  t.read_mask(index.root, i, size), Boxes(*t.boxes_of(i), size))
+    return mask, boxes
+
+
+def check_clip_targets(index, batches, ops=RECIPE) -> int:
+    """Every frame's mask and boxes are the kernels' on the frame served there (``meta["index"]``), with the
+    clip's draw; returns how many clips hold frames with different masks."""
+    differs = 0
+    for b in batches:
+        for k, frames in enumerate(b["meta"]["index"].tolist()):
+            for f, i in enumerate(frames):
+                mask, boxes = kernel_targets(index, i, int(b["meta"]["epoch"][k]), int(b["meta"]["position"][k]), ops)
+                assert np.array_equal(b["mask"][k, f, 0].cpu().numpy(), mask), (k, f)
+                assert torch.allclose(b["boxes"][k][f], torch.from_numpy(boxes.xyxy), atol=1e-3, rtol=0)
+            differs += not torch.equal(b["mask"][k, 0], b["mask"][k, 1])
+    return differs
+
+
 def test_each_frame_is_moved_with_its_own_parameters_through_the_kernels(clip_index):
     """The fallback's clip masks are the kernels' on each frame's file with the parameters the clip's
     draw gave that frame (the clip's seed, epoch and position, on the frame's size); the frames of a clip
     are different masks."""
     got, _ = run(clip_index, "torch", return_meta=True)
-    t = clip_index.annotations
-    spec = AugmentSpec(ops=RECIPE, color="rgb", dtype="uint8")
-    differs = 0
-    for b in got:
-        for k, frames in enumerate(b["meta"]["index"].tolist()):
-            for f, i in enumerate(frames):
-                size = (int(clip_index.heights[i]), int(clip_index.widths[i]))
-                params = spec.make_params(3, int(b["meta"]["epoch"][k]), int(b["meta"]["position"][k]), size)
-                mask, boxes, _ = move_targets(spec.transforms, params, t.read_mask(clip_index.root, i, size),
-                                              Boxes(*t.boxes_of(i), size))
-                assert np.array_equal(b["mask"][k, f, 0].numpy(), mask), (k, f)
-                assert torch.allclose(b["boxes"][k][f], torch.from_numpy(boxes.xyxy))
-            differs += not torch.equal(b["mask"][k, 0], b["mask"][k, 1])
-    assert differs >= 2  # stain and scratch clips: each frame its own defect
+    assert check_clip_targets(clip_index, got) >= 2  # stain and scratch clips: each frame its own defect
+
+
+@pytest.mark.parametrize("backend", ["torch", "dali-cpu"])
+def test_a_clip_replaced_under_skip_carries_the_served_frames_targets(tmp_path, backend):
+    """on_error="skip": a clip with a bad frame is replaced by a whole clip of its class, and its masks and
+    boxes are the replacement's frames', not the planned ones'."""
+    index = clip_index_at(tmp_path, (64, 48), runs=2, frames=3)  # per class 2 clips of 3 frames (step 3)
+    bad = tmp_path / "images" / "stain" / "run0" / "frame1.png"
+    bad.write_bytes(b"\0" * bad.stat().st_size)  # the same size: only the read-time check sees it
+    ops = [T.RandomResizedCrop((32, 40), scale=(0.5, 1.0)), T.RandomHorizontalFlip()]
+    got, _ = run(index, backend, ops, step=3, on_error="skip", return_meta=True)
+    planned = torch.cat([b["meta"]["planned_clip"] for b in got]).tolist()
+    served = torch.cat([b["meta"]["clip"] for b in got]).tolist()
+    # clips in folder order: good/run0, good/run1, scratch/run0, scratch/run1, stain/run0 (bad frame), stain/run1
+    assert [(p, s) for p, s in zip(planned, served) if p != s] == [(4, 5)]
+    assert check_clip_targets(index, got, ops) >= 1  # the replacement's frames' masks, each moved with its draw
 
 
 @pytest.mark.parametrize("dali", DALI)
