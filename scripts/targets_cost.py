@@ -20,7 +20,8 @@ from pathlib import Path
 
 
 def per_sample(masks, boxes, spec, repeats: int = 5) -> None:
-    """The fallback's cost per sample in this process (best of ``repeats`` over the set, ms): a sample's
+    """The fallback's cost per sample in this process, on one torch thread as in a loader worker (best of
+    ``repeats`` over the set, ms): a sample's
     image (read, decode, operations), its mask read (PNG decode and checks), its mask through the
     operations' kernels, and a sample's boxes through theirs; the issue's goal is mask read + kernels
     within the mask's decode plus one nearest pass."""
@@ -29,15 +30,15 @@ def per_sample(masks, boxes, spec, repeats: int = 5) -> None:
 
     from dali_backend import ImageDataset
     from dali_backend.transforms.targets import Boxes, move_targets
+    from scripts.mask_kernels_cost import best_ms  # PYTHONPATH=. as the usage line says
 
     def best(fn, items) -> float:
-        out = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for i in items:
-                fn(i)
-            out = min(out, (time.perf_counter() - t0) / len(items))
-        return 1e3 * out
+        return best_ms(fn, list(items), repeats)
+
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a DataLoader worker: the resize's torch.mm on one thread
 
     ds = ImageDataset(masks, spec)
     t = masks.annotations
@@ -57,6 +58,7 @@ def per_sample(masks, boxes, spec, repeats: int = 5) -> None:
     bparams = {i: spec.make_params(0, 0, i, bsize[i]) for i in range(len(boxes))}
     box_ms = best(lambda i: move_targets(spec.transforms, bparams[i], None, Boxes(*b.boxes_of(i), bsize[i])),
                   range(len(boxes)))
+    torch.set_num_threads(threads)
     print(f"\nfallback, per sample in one process (best of {repeats}): image {image_ms:.2f} ms; mask read "
           f"{read_ms:.2f} ms + mask kernels {kernel_ms:.2f} ms (one plain nearest pass {nearest_ms:.3f} ms); "
           f"boxes {box_ms:.3f} ms ({100 * box_ms / image_ms:.1f} % of the image's)")
