@@ -181,3 +181,9 @@ def test_demo_runs_batches_of_a_folder_with_boxes(data, capsys):
 def test_demo_target_options_need_their_data(data, capsys, argv, want):
     rc, _, err = run_cli(["demo", *[a.format(data=data) for a in argv]], capsys)
     assert rc == 2 and want in err, err
+
+
+def test_diagnose_runs_batches_with_masks(data, capsys):
+    rc, out, err = run_cli(["-q", "diagnose", str(data / "mv" / "plate" / "test"), "--masks", "mvtec", "--batches",
+                            "2", "--batch-size", "2", "--backend", "torch", "--device", "cpu"], capsys)
+    assert rc == 0 and "Verdict:" in out, err

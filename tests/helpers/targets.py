@@ -25,10 +25,15 @@ def clip_index_at(folder, size: tuple[int, int], runs: int = 2, frames: int = 4)
     sequences of ``frames`` frames per class; indexed with masks and boxes (box class 1 + kind)."""
     from pathlib import Path
 
+    import cv2
     import numpy as np
 
-    from dali_backend.core.defects import DEFECTS, _write_png, defect_image
+    from dali_backend.core.defects import DEFECTS, defect_image
     from dali_backend.targets import ImageTargets
+
+    def write_png(path: Path, img: np.ndarray) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        assert cv2.imwrite(str(path), img), path
 
     root, width, height = Path(folder), int(size[0]), int(size[1])
     table = {}
@@ -37,11 +42,11 @@ def clip_index_at(folder, size: tuple[int, int], runs: int = 2, frames: int = 4)
             for k in range(frames):
                 rel = f"{kind or 'good'}/run{r}/frame{k}.png"
                 img, mask = defect_image(r, kind, k, width, height)
-                _write_png(root / "images" / rel, img)
+                write_png(root / "images" / rel, img)
                 boxes, labels, mask_rel = np.zeros((0, 4), np.float32), np.zeros(0, np.int64), None
                 if kind is not None:
                     mask_rel = f"masks/{rel[:-4]}_mask.png"
-                    _write_png(root / mask_rel, mask * 255)
+                    write_png(root / mask_rel, mask * 255)
                     ys, xs = np.nonzero(mask)
                     boxes = np.array([[xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]], np.float32)
                     labels = np.array([1 + DEFECTS.index(kind)], np.int64)
