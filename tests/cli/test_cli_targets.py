@@ -187,3 +187,29 @@ def test_diagnose_runs_batches_with_masks(data, capsys):
     rc, out, err = run_cli(["-q", "diagnose", str(data / "mv" / "plate" / "test"), "--masks", "mvtec", "--batches",
                             "2", "--batch-size", "2", "--backend", "torch", "--device", "cpu"], capsys)
     assert rc == 0 and "Verdict:" in out, err
+
+
+def test_yolo_and_voc_annotations_from_the_command_line(tmp_path, capsys):
+    """A YOLO folder (images/, labels/) and a VOC folder of .xml files: the same boxes as the readers give."""
+    from dali_backend.targets import read_voc, read_yolo
+
+    root = tmp_path / "d"
+    (root / "images").mkdir(parents=True)
+    (root / "labels").mkdir()
+    (root / "voc").mkdir()
+    for k in range(2):
+        cv2.imwrite(str(root / "images" / f"{k}.png"), np.full((40, 50, 3), 80, np.uint8))
+        (root / "labels" / f"{k}.txt").write_text(f"{k} 0.5 0.5 0.4 0.2\n")
+        (root / "voc" / f"{k}.xml").write_text(
+            f"<annotation><filename>images/{k}.png</filename><size><width>50</width><height>40</height></size>"
+            f"<object><name>{'bolt' if k else 'nut'}</name><bndbox><xmin>3</xmin><ymin>4</ymin><xmax>20</xmax>"
+            "<ymax>30</ymax></bndbox></object></annotation>")
+    for source, table, extra in (("yolo", read_yolo(root), []),
+                                 ("voc", read_voc(root / "voc", root, classes=["nut", "bolt"]),
+                                  ["--box-classes", "nut,bolt"])):
+        out = tmp_path / f"{source}.npz"
+        where = root if source == "yolo" else root / "voc"
+        rc, text, err = run_cli(["-q", "index", str(root), "--annotations", f"{source}:{where}", *extra, "--out",
+                                 str(out)], capsys)
+        assert rc == 0 and "boxes: 2 on 2 of 2 images (per box class: 0: 1, 1: 1)" in text, err
+        same_targets(SampleIndex.load(out), SampleIndex.from_annotations(root, table))

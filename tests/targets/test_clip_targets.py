@@ -125,3 +125,21 @@ def test_clip_masks_and_boxes_are_equal_on_both_backends(clip_index, dali):
         for p, q in zip(sum(x["boxes"], []), sum(y["boxes"], [])):
             assert p.shape == q.shape and torch.allclose(p, q, atol=1e-3, rtol=0)
         assert [c.tolist() for c in sum(x["box_labels"], [])] == [c.tolist() for c in sum(y["box_labels"], [])]
+
+
+@pytest.mark.parametrize("backend", ["torch", "dali-cpu"])
+def test_padded_clip_batches_give_each_frames_size_beside_its_mask(clip_index, backend):
+    """pad_batch: masks padded with the images, ``"sizes"`` ``[B, T, 2]``, nothing of a mask past its size."""
+    if backend != "torch":
+        pytest.importorskip("nvidia.dali")
+    spec = AugmentSpec(ops=[T.Resize(40, max_size=None), T.RandomRotation(10)], color="rgb", dtype="uint8", pad_batch=16)
+    sampler = ClipSampler(Sequences.from_index(clip_index), clip_len=CLIP_LEN, step=1, mode="sequential", seed=0)
+    with DaliLoader(ImageDataset(clip_index, spec, seed=3), batch_size=2, sampler=sampler,
+                    **LOADER_ARGS[backend]) as loader:
+        for b in loader:
+            n = len(b["label"])
+            assert b["sizes"].shape == (n, CLIP_LEN, 2) and b["mask"].shape[:3] == (n, CLIP_LEN, 1)
+            assert b["mask"].shape[3:] == b["image"].shape[3:] and b["mask"].shape[3] % 16 == 0
+            for k in range(n):
+                for t, (h, w) in enumerate(b["sizes"][k].tolist()):
+                    assert (h, w) == (40, 50) and not b["mask"][k, t, :, h:].any() and not b["mask"][k, t, :, :, w:].any()
