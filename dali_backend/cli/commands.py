@@ -24,7 +24,8 @@ from ..facade.executors import Engine, backend_choices
 from ..index import check_output_path, write_atomic
 from .demo import cmd_demo, demo_spec
 from .pictures import MAX_PREVIEW_DRAWS, cmd_preview, save_preview
-from .targetflags import TARGET_FLAGS, add_target_arguments, indexed_with_targets, load_data_with_targets, mask_rule, SYNTHETIC
+from .targetflags import (SYNTHETIC, TARGET_FLAGS, add_target_arguments, indexed_with_targets, load_data_with_targets,
+                          mask_rule)
 
 log = logging.getLogger("dali_backend.cli")
 
