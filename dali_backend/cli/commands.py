@@ -22,11 +22,14 @@ from .cliargs import (OneLineParser, operation_list, add_index_load_arguments, c
 from ..errors import FallbackWarning, FilesNotIndexedWarning
 from ..facade.executors import Engine, backend_choices
 from ..index import check_output_path, write_atomic
+from .demo import cmd_demo, demo_spec
 from .pictures import MAX_PREVIEW_DRAWS, cmd_preview, save_preview
+from .targetflags import (SYNTHETIC, TARGET_FLAGS, add_target_arguments, indexed_with_targets, load_data_with_targets,
+                          mask_rule)
 
 log = logging.getLogger("dali_backend.cli")
 
-__all__ = ["build_parser", "default_cache", "main", "save_preview"]
+__all__ = ["build_parser", "default_cache", "demo_spec", "main", "save_preview"]
 
 
 
@@ -75,10 +78,17 @@ DEFAULT_VERIFY, DEFAULT_MAX_PIXELS = "header", 100_000_000  # the flags' default
 
 
 def _index_from_args(args, how: str):
-    from ..index import SampleIndex
-
+    """The index the flags ask for: the builder of ``how`` and the target flags' masks and boxes (or, with
+    boxes alone, the annotated images: :func:`~.targetflags.indexed_with_targets`)."""
     common = {"verify": args.verify or DEFAULT_VERIFY, "max_pixels": args.max_pixels or DEFAULT_MAX_PIXELS,
               "workers": args.workers}
+    labelled = how != "folder" or args.split is not None or args.classes is not None
+    return indexed_with_targets(args, args.root, lambda: _plain_index(args, how, common), labelled, **common)
+
+
+def _plain_index(args, how: str, common: dict):
+    from ..index import SampleIndex
+
     if how == "manifest":
         return SampleIndex.from_manifest(args.manifest, root=args.root, split=args.split, classes=args.classes,
                                          path_column=args.path_column, label_column=args.label_column,
@@ -92,7 +102,8 @@ def _index_from_args(args, how: str):
 
 # Flags that say how to build an index: an update takes them from the index (its recorded source).
 _BUILD_FLAGS = (*_INDEX_ONLY_FOR, ("manifest", "--manifest", ()), ("keywords", "--keywords", ()),
-                ("keyword_rules", "--keyword-rules", ()), ("verify", "--verify", ()), ("max_pixels", "--max-pixels", ()))
+                ("keyword_rules", "--keyword-rules", ()), ("verify", "--verify", ()), ("max_pixels", "--max-pixels", ()),
+                *((attr, flag, ()) for attr, flag in TARGET_FLAGS))  # the targets are read again as recorded
 
 
 def _update_index(args) -> int:
@@ -116,6 +127,7 @@ def _update_index(args) -> int:
     log.debug("index updated in %.2f s", time.perf_counter() - t0)
     index.save(out)
     print(printable(f"index of {len(index)} files written to {out} ({what})"))
+    _print_targets(index)
     _write_rejected(index, report)
     return 0
 
@@ -150,8 +162,17 @@ def cmd_index(args) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     index.save(args.out)
     print(printable(f"index of {len(index)} files written to {args.out}"))
+    _print_targets(index)
     _write_rejected(index, report)
     return 0
+
+
+def _print_targets(index) -> None:
+    from ..index.report import targets_text
+
+    line = targets_text(index)
+    if line:
+        print(line)
 
 
 def _rejected_csv(rejected, ignored=()) -> bytes:
@@ -188,120 +209,6 @@ def cmd_split(args) -> int:
     return 0
 
 
-def demo_spec(size: int, bit_depth: int = 8):
-    """The demo's spec: the gray inspection preset; for 12- or 16-bit data the same steps after a
-    ``Window`` over the data's whole range (the declared 16-to-8-bit step; ``--bit-depth``)."""
-    from ..core.augment import AugmentSpec
-    from ..transforms import Clahe, ColorJitter, Grayscale, RandomRotation, Resize, Window
-
-    if bit_depth == 8:
-        return AugmentSpec(size=size, color="gray")
-    preset = AugmentSpec(size=size, color="gray")
-    return AugmentSpec(ops=[Grayscale(3), Window(0, (1 << bit_depth) - 1), Clahe(), Resize((size, size)),
-                            RandomRotation(preset.rotate_deg), ColorJitter(preset.brightness, preset.contrast)],
-                       mean=preset.mean, std=preset.std)
-
-
-def demo_masks(args) -> int:
-    """``demo --masks``: a synthetic MVTec AD category (defects drawn into image and mask), its test split
-    indexed with its masks, epochs of (image, mask) batches, img/s and the defect pixels' share."""
-    from .._own import own
-
-    from ..core.augment import AugmentSpec
-    from ..core.defects import generate_mvtec
-    from ..facade.loader import DaliLoader
-    from ..index import SampleIndex
-    from ..transforms import RandomHorizontalFlip, RandomResizedCrop, RandomRotation
-
-    w, h = args.size
-    root = generate_mvtec(Path(args.cache) / f"mvtec-{args.images}-{w}x{h}-s{args.seed}", n_good=args.images // 2,
-                          n_defect=max(1, args.images // 4), size=(w, h), seed=args.seed)
-    index = SampleIndex.from_mvtec(root, "plate", "test")
-    spec = AugmentSpec(ops=[RandomResizedCrop(args.out_size, scale=(0.6, 1.0)), RandomHorizontalFlip(),
-                            RandomRotation(15)], color="rgb")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FallbackWarning)
-        loader = DaliLoader(own("fallback.dataset").ImageDataset(index, spec, seed=args.seed),
-                            batch_size=args.batch_size, shuffle=True, seed=args.seed, num_workers=args.workers,
-                            device=args.device, backend=args.backend)
-    print(f"data: {root} ({len(index)} test images, classes {list(index.classes)}); loader: {loader.backend}")
-    for epoch in range(args.epochs):
-        loader.set_epoch(epoch)
-        t0, n, fg, px = time.perf_counter(), 0, 0, 0
-        for batch in loader:
-            n, fg, px = n + len(batch["label"]), fg + int(batch["mask"].count_nonzero()), px + batch["mask"].numel()
-        print(f"epoch {epoch}: {n} images with masks in {time.perf_counter() - t0:.2f} s; defect pixels {fg / px:.1%}")
-    loader.close()
-    return 0
-
-
-def cmd_demo(args) -> int:
-    import numpy as np
-
-    from .._own import own
-
-    ImageDataset = own("fallback.dataset").ImageDataset
-
-    from ..core.augment import AugmentSpec
-    from ..index import SampleIndex
-    from ..facade.loader import DaliLoader, choose_backend
-    from ..sampling.sampler import WeightedSampler
-    from ..core.synthetic import generate_defect_dataset
-
-    if args.masks:
-        return demo_masks(args)
-    out = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    if args.data:
-        root = args.data
-    else:
-        w, h = args.size
-        kind = "" if (args.format, args.bit_depth) == ("jpeg", 8) else f"-{args.format}{args.bit_depth}"
-        root = Path(args.cache) / f"defects-{args.images}-{w}x{h}-q{args.quality}-s{args.seed}{kind}"
-        t0 = time.perf_counter()
-        generate_defect_dataset(root, n=args.images, size=args.size, quality=args.quality, seed=args.seed,
-                                format=args.format, bit_depth=args.bit_depth)
-        print(f"data: {root} [{time.perf_counter() - t0:.1f} s]")  # the library logs what it generated
-    t0 = time.perf_counter()
-    index = SampleIndex.from_folder(root)  # the library logs the summary
-    index.save(out / "index.npz")
-    print(f"index: {out / 'index.npz'} [{time.perf_counter() - t0:.2f} s]")
-    spec = demo_spec(args.out_size, args.bit_depth)  # the inspection preset: gray on purpose
-    ds = ImageDataset(index, spec, seed=args.seed)
-    sampler = WeightedSampler(index, seed=args.seed)
-    name, _, reason = choose_backend(args.device, args.backend)
-    log.debug("backend choice for device=%s backend=%s: %s (%s)", args.device, args.backend, name, reason)
-    with warnings.catch_warnings():  # said below in the command's own terms (--backend), not DaliLoader's
-        warnings.simplefilter("ignore", FallbackWarning)
-        loader = DaliLoader(ds, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers,
-                            device=args.device, backend=args.backend)
-    batches = f"{len(loader)} batch{'' if len(loader) == 1 else 'es'}"
-    print(f"loader: {loader.backend} ({reason}), {batches} of {args.batch_size} per epoch")
-    first = None
-    counts = np.zeros(len(index.classes), np.int64)
-    for epoch in range(args.epochs):
-        loader.set_epoch(epoch)
-        t0 = time.perf_counter()
-        n = 0
-        for b, (images, labels) in enumerate(loader):
-            if first is None:
-                first = (images[:16], labels[:16], time.perf_counter() - t0)
-            n += len(labels)
-            counts += np.bincount(labels.cpu().numpy(), minlength=len(index.classes))
-            log.debug("epoch %d batch %d: %d images after %.3f s", epoch, b, len(labels), time.perf_counter() - t0)
-        dt = time.perf_counter() - t0
-        print(f"epoch {epoch}: {n} images in {dt:.2f} s = {n / dt:.1f} img/s")
-    share = ", ".join(f"{c} {k / counts.sum():.1%}" for c, k in zip(index.classes, counts))
-    stored = ", ".join(f"{c} {k / len(index):.1%}" for c, k in zip(index.classes, index.class_counts()))
-    print(f"class balance drawn: {share} (on disk: {stored})")
-    print(f"first batch after {first[2]:.2f} s")
-    preview = out / "preview.png"
-    save_preview(first[0], first[1], index.classes, spec, preview)
-    print(f"preview: {preview}")
-    loader.close()
-    return 0
-
-
 def cmd_diagnose(args) -> int:
     """Run ``--batches`` batches as a training loop would (waiting ``--step-ms`` per batch) and print
     ``loader.report()`` and the metrics (see :mod:`dali_backend.telemetry`)."""
@@ -312,7 +219,7 @@ def cmd_diagnose(args) -> int:
     from ..facade.loader import DaliLoader
     from ..sampling.sampler import WeightedSampler
 
-    index = load_data(args.data, args.root, args.no_check)
+    index = load_data_with_targets(args)
     spec = AugmentSpec(ops=args.ops) if args.ops else AugmentSpec(size=args.size)
     ds = own("fallback.dataset").ImageDataset(index, spec)
     sampler = WeightedSampler(index, num_samples=args.batches * args.batch_size, seed=0)
@@ -368,15 +275,17 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--bit-depth", type=int, default=8, choices=[8, 12, 16],
                    help="synthetic images' bits per value: 12 or 16 with --format png or tiff (read through a Window)")
     d.add_argument("--out-size", type=positive_int, default=256, help="square output size in pixels (default 256)")
-    d.add_argument("--masks", action="store_true",
-                   help="a synthetic MVTec AD category instead: (image, mask) batches of its test split (--images, "
-                        "--size, --out-size apply)")
+    d.add_argument("--masks", type=mask_rule, nargs="?", const=SYNTHETIC, metavar="RULE",
+                   help="alone: a synthetic MVTec AD category instead, (image, mask) batches of its test split "
+                        "(--images, --size, --out-size apply); with --data: pair each image with its mask by RULE "
+                        "(mvtec or suffix:SUFFIX, as index --masks) and run (image, mask) batches of that data")
     d.add_argument("--epochs", type=positive_int, default=3, help="epochs to run (default 3)")
     d.add_argument("--batch-size", type=positive_int, default=32)
     d.add_argument("--workers", type=int_range(0), default=os.cpu_count() or 1, help="loader workers / DALI threads")
     d.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     d.add_argument("--backend", default="auto", choices=backend_choices())
     d.add_argument("--seed", type=int, default=0)
+    add_target_arguments(d, masks=False)
 
     i = add("index", cmd_index, "index a folder, a manifest or keyword-labelled files; report rejects",
             epilog="Labels come from class folders (default), a --manifest, or --keywords in file and folder "
@@ -412,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--max-pixels", type=positive_int,
                    help=f"refuse files whose frame declares more pixels (default {DEFAULT_MAX_PIXELS})")
     i.add_argument("--workers", type=positive_int, default=8, help="threads reading file headers (default 8)")
+    add_target_arguments(i)
 
     k = add("pack", cmd_pack, "write a data set into tar shards (WebDataset layout) with an index of (shard, offset, "
                               "size): one range read per sample",
@@ -450,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                "(shown before normalisation; crop windows drawn on the original)")
     v.add_argument("--seed", type=int, default=0)
     add_index_load_arguments(v)
+    add_target_arguments(v)
 
     g = add("diagnose", cmd_diagnose, "run a few batches with your data and settings and say in plain words what "
             "limits throughput (the training loop, storage, the loader's CPU and which stage), with the numbers "
@@ -470,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "RandomHorizontalFlip(), Normalize(...)'")
     g.add_argument("--json", type=output_file, help="also write the metrics to this JSON file")
     add_index_load_arguments(g)
+    add_target_arguments(g)
 
     b = sub.add_parser("bench", help="the benchmark (same as python -m bench)", parents=[common],
                        description="DaliLoader against the CPU fallback, the tutorial-style loader and the ceiling.")

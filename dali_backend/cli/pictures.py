@@ -9,7 +9,8 @@ from pathlib import Path
 import logging
 import warnings
 
-from .cliargs import printable, load_data
+from .cliargs import printable
+from .targetflags import load_data_with_targets
 from ..errors import FallbackWarning, OutputFileError
 from ..index import write_atomic
 
@@ -135,6 +136,22 @@ def crop_windows(spec, params: list[dict], size: tuple[int, int]) -> list[tuple[
     return out
 
 
+def overlay_targets(rgb, mask=None, boxes=None, thick: int = 1):
+    """A copy of the RGB tile ``rgb`` (H x W x 3 uint8, or gray H x W) with the mask's foreground tinted
+    green and each box (XYXY pixels) drawn in yellow: what the preview shows of a draw's targets."""
+    import cv2
+    import numpy as np
+
+    out = cv2.cvtColor(rgb, cv2.COLOR_GRAY2RGB) if rgb.ndim == 2 else np.ascontiguousarray(rgb).copy()
+    if mask is not None:
+        fg = np.asarray(mask) > 0
+        out[fg] = out[fg] // 3 + np.array([0, 170, 0], np.uint8)
+    for x1, y1, x2, y2 in np.zeros((0, 4)) if boxes is None else np.asarray(boxes, np.float64).reshape(-1, 4):
+        cv2.rectangle(out, (int(round(x1)), int(round(y1))), (max(int(round(x2)) - 1, 0), max(int(round(y2)) - 1, 0)),
+                      (255, 220, 0), thick)
+    return out
+
+
 def cmd_preview(args) -> int:
     """Original (with each crop's window drawn on it), fallback output, DALI output and their
     amplified difference side by side for N draws, each with its file and parameters, plus the class
@@ -153,7 +170,8 @@ def cmd_preview(args) -> int:
     from ..facade.loader import DaliLoader
     from ..sampling.sampler import WeightedSampler
 
-    index = load_data(args.data, args.root, args.no_check)
+    index = load_data_with_targets(args)
+    targets = index.annotations  # masks tinted green and boxes in yellow on every tile
     not_shown = []
     if args.ops:
         not_shown = [type(op).__name__ for op in args.ops if op.KIND == "output"]
@@ -165,13 +183,15 @@ def cmd_preview(args) -> int:
     draws = sampler.draws()[: args.n]
     fallback = [ds.load_uint8(d)[0] for d in draws]
     columns = ["original", "fallback"]
-    dali_imgs = None
+    dali_imgs = dali_targets = None
     why_not = dali_importable() if args.backend != Engine.TORCH else "--backend torch"
     if why_not is None:
         with warnings.catch_warnings():  # the column header names the backend that ran
             warnings.simplefilter("ignore", FallbackWarning)
             loader = DaliLoader(ds, batch_size=len(draws), sampler=draws, device="auto", backend="dali")
-        dali_imgs = next(iter(loader))[0].cpu().numpy()
+        batch = next(iter(loader))
+        dali_imgs = (batch["image"] if targets is not None else batch[0]).cpu().numpy()
+        dali_targets = batch if targets is not None else None
         columns += [loader.backend, f"|fallback - dali| x{DIFF_GAIN}"]
         loader.close()
     else:
@@ -192,9 +212,22 @@ def cmd_preview(args) -> int:
             cv2.rectangle(shown, (int(l), int(t)), (int(l + cw) - 1, int(t + ch) - 1), (255, 40, 40), thick)
         tiles = [letterbox_tile(shown, tw, th), hwc(fallback[k])]
         label = f"{index.classes[index.labels[d.index]]}  {index.paths[d.index]}"
+        if targets is not None:  # the file's targets on the original, the moved ones on each output
+            moved = ds.move_targets(d.index, params, orig.shape[:2])
+            mask = targets.read_mask(index.root, d.index, orig.shape[:2]) if "masks" in targets.kinds else None
+            tiles = [letterbox_tile(overlay_targets(shown, mask, targets.boxes_of(d.index)[0], thick), tw, th),
+                     overlay_targets(tiles[1], None if mask is None else moved["mask"][0], moved["boxes"])]
+            if moved["boxes"] is not None:
+                label += f"  boxes {len(moved['boxes'])}"
         if dali_imgs is not None:
             diff = np.abs(fallback[k].astype(np.int16) - dali_imgs[k].astype(np.int16))
-            tiles += [hwc(dali_imgs[k]), hwc(np.clip(diff * DIFF_GAIN, 0, 255).astype(np.uint8))]
+            dali_tile = hwc(dali_imgs[k])
+            if dali_targets is not None:
+                dali_mask = dali_targets["mask"][k, 0].cpu().numpy() if "mask" in dali_targets else None
+                dali_tile = overlay_targets(dali_tile, dali_mask, dali_targets["boxes"][k] if "boxes" in dali_targets else None)
+                if dali_mask is not None:
+                    label += f"  mask pixels differing {int((dali_mask != moved['mask'][0]).sum())}"
+            tiles += [dali_tile, hwc(np.clip(diff * DIFF_GAIN, 0, 255).astype(np.uint8))]
             label += f"  max|diff| {int(diff.max())}"
         tiles = [cv2.cvtColor(x, cv2.COLOR_GRAY2BGR) if x.ndim == 2 else cv2.cvtColor(np.ascontiguousarray(x), cv2.COLOR_RGB2BGR)
                  for x in tiles]
@@ -207,7 +240,8 @@ def cmd_preview(args) -> int:
     draw_text(recipe, "ops: " + " > ".join(repr(op) if len(spec.transforms) < 3 else type(op).__name__
                                       for op in spec.transforms)
           + (f"  (not shown: {', '.join(not_shown)}; pixels before normalisation)" if not_shown else "")
-          + ("  red: crop window on the original" if any(is_crop(op) for op in spec.transforms) else ""),
+          + ("  red: crop window on the original" if any(is_crop(op) for op in spec.transforms) else "")
+          + ("  tinted green: mask; yellow: boxes" if targets is not None else ""),
           4, 13, width - 8, 0.4)
     head = np.full((22, width, 3), 255, np.uint8)
     for c, name in enumerate(columns):

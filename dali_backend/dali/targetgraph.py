@@ -16,6 +16,10 @@ all-background mask there, of its image's size, with no file to decode, and a ba
 with the mask's path. Decoding on the DALI side instead would need a second encoded input and a
 value check after the graph (see the guide's measurement).
 
+Clips need no variant of the graph: a batch of ``B`` clips is ``B * T`` frames through the same graph
+(each frame's mask with that frame's draw, the clip's), regrouped ``[B, T, 1, H, W]`` by the facade
+(:func:`~dali_backend.facade.targetbatches.per_clip`).
+
 **Boxes** are computed in the reader worker by the same pure functions (the operations' box kernels
 on the draw's parameters: a few 3x3 products per box) and travel in the slot's note: a batch of
 variable-length box lists is not a tensor, and a handful of numbers per draw costs nothing there.

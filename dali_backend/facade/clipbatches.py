@@ -1,6 +1,7 @@
 """What the user gets for one executor batch, as an object the loader holds, one kind per plan: a
 batch of frames (:class:`FrameBatches`) or of clips (:class:`ClipBatches`: ``B * T`` frames from the
-executor regrouped as ``[B, T, C, H, W]``, checked against the clips planned, with their meta); each
+executor regrouped as ``[B, T, C, H, W]``, checked against the clips planned, with their meta, and with an index with targets
+their per-frame masks and boxes, :func:`~.targetbatches.per_clip`); each
 labels it, applies ``batch_transform``, adds the meta and the padded batches' valid sizes, and counts
 it in the passes' accounting. Chosen once (:func:`batches_of`) from the plan; built from the plan and
 the passes alone, so a test can build one without a loader."""
@@ -13,7 +14,7 @@ import torch
 from ..core.boundary import Batch
 from ..errors import BadImageError
 from ..core.transfer import to_device
-from .targetbatches import has_targets, refuse_clip_targets, target_batch
+from .targetbatches import has_targets, per_clip, target_batch
 
 
 def sizes_of(sizes: np.ndarray | None) -> tuple:
@@ -67,7 +68,6 @@ class ClipBatches(FrameBatches):
         self.draws = self.plan.clip_draws(epoch, self.passes.pass_offset, draws)
 
     def output(self, batch: Batch, images: torch.Tensor, per_draw, batch_transform=None) -> tuple:
-        refuse_clip_targets(batch)  # per-frame masks of clips: not yet
         T = self.clip_len
         b = self.passes.batches_done
         draws = self.draws[b * self.batch_size:(b + 1) * self.batch_size]
@@ -85,6 +85,8 @@ class ClipBatches(FrameBatches):
             images, labels = batch_transform(images, labels)
         meta = self.clip_meta(batch, per_draw, clips, served) if self.return_meta else None
         self.passes.account(clips, served, draws[:, 1], self.clip_names)
+        if has_targets(batch):  # an index with targets: one dict per batch, per-frame targets by clip
+            return per_clip(target_batch(images, labels, batch, meta), T)
         sizes = None if batch.sizes is None else batch.sizes.reshape(len(clips), T, 2)
         return (images, labels, *sizes_of(sizes)) + (() if meta is None else (meta,))
 

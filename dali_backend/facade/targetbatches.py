@@ -7,6 +7,14 @@ carries them (``"mask"`` for masks, ``"boxes"`` and ``"box_labels"`` for boxes).
 torchvision's detection models take (``targets[i]["boxes"]``); :func:`pad_boxes` gives one padded
 tensor and the counts for code that wants a single array. A dict rather than a longer tuple: the
 fields are named, so adding one later breaks no unpacking.
+
+Clips (a ``ClipSampler``) carry per-frame targets in the clip's layout, frame axis second as the images'
+``[B, T, C, H, W]`` (torchvision's ``Video`` and its video masks ``[..., T, H, W]``): ``"mask"`` uint8
+``[B, T, 1, H, W]``, ``"boxes"`` / ``"box_labels"`` a list of ``B`` clips, each a list of ``T`` per-frame
+``[N_bt, 4]`` / ``[N_bt]`` tensors (each frame's list in torchvision's detection form, so
+``boxes[b][t]`` feeds a per-frame detector, and ``pad_boxes(boxes[b], box_labels[b])`` pads one clip),
+``"sizes"`` ``[B, T, 2]``, ``"label"`` ``[B]`` (one per clip). Every frame's targets are moved with that
+frame's own image parameters (the clip's one draw, on each frame's size).
 """
 
 from __future__ import annotations
@@ -14,20 +22,11 @@ from __future__ import annotations
 import torch
 
 from ..core.boundary import Batch
-from ..errors import ConfigError
 
 
 def has_targets(batch: Batch) -> bool:
     """Whether an executor batch carries masks or boxes (a batch-like record without the fields: no)."""
     return getattr(batch, "masks", None) is not None or getattr(batch, "boxes", None) is not None
-
-
-def refuse_clip_targets(batch: Batch) -> None:
-    """Clips (a ClipSampler) over an index with targets are not supported yet: refused, never dropped."""
-    if has_targets(batch):
-        raise ConfigError("DaliLoader: a ClipSampler over an index with targets (masks or boxes): per-frame targets "
-                          "of clips are not supported yet; sample single images (the default sampler or a "
-                          "WeightedSampler), or index the frames without targets=")
 
 
 def target_batch(images: torch.Tensor, labels: torch.Tensor, batch: Batch, meta: dict | None) -> dict:
@@ -42,6 +41,21 @@ def target_batch(images: torch.Tensor, labels: torch.Tensor, batch: Batch, meta:
         out["sizes"] = torch.from_numpy(batch.sizes)
     if meta is not None:
         out["meta"] = meta
+    return out
+
+
+def per_clip(out: dict, clip_len: int) -> dict:
+    """A frames' dict of :func:`target_batch` (``B * T`` frames, images already ``[B, T, C, H, W]``)
+    regrouped by clip: masks ``[B, T, 1, H, W]``, boxes and their labels ``B`` lists of ``T``, sizes
+    ``[B, T, 2]``; the label, the dropped count and the meta are the clips' already."""
+    T = int(clip_len)
+    if "mask" in out:
+        out["mask"] = out["mask"].reshape(-1, T, *out["mask"].shape[1:])
+    for key in ("boxes", "box_labels"):
+        if key in out:
+            out[key] = [out[key][k:k + T] for k in range(0, len(out[key]), T)]
+    if "sizes" in out:
+        out["sizes"] = out["sizes"].reshape(-1, T, 2)
     return out
 
 

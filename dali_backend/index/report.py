@@ -186,6 +186,9 @@ def summary_text(index) -> str:
     """:meth:`SampleIndex.summary`: the headline, what each class lost, then every rejected and ignored
     file grouped by reason."""
     lines = [headline(index, listed_below=True)]
+    targets = targets_text(index)
+    if targets:
+        lines.append(targets)
     lost = losses_text(index)
     if lost:
         lines.append(lost)
@@ -196,6 +199,26 @@ def summary_text(index) -> str:
         lines.append(f"ignored files ({len(index.ignored_files)}):")
         lines += _grouped(index.ignored_files, lambda reason: reason, detail=False)
     return "\n".join(lines)
+
+
+def targets_text(index) -> str | None:
+    """One line on an index's masks and boxes (:attr:`~dali_backend.index.SampleIndex.annotations`), or None
+    without targets: how many images have a mask file and the class ids, how many boxes on how many
+    images and per box class."""
+    t = getattr(index, "annotations", None)
+    if t is None:
+        return None
+    parts = []
+    if "masks" in t.kinds:
+        files = sum(t.mask_path(i) is not None for i in range(len(index)))
+        parts.append(f"masks: {files} of {count_text(len(index), 'image')} with a mask file (the others all background), "
+                     f"class ids 0..{t.num_classes - 1}{' (mask files 0 and one value, read as 0/1)' if t.binary else ''}")
+    if "boxes" in t.kinds:
+        counts = np.diff(t.box_offsets)
+        ids, per = np.unique(t.box_labels, return_counts=True)
+        parts.append(f"boxes: {int(counts.sum())} on {int((counts > 0).sum())} of {count_text(len(index), 'image')} "
+                     "(per box class: " + ", ".join(f"{int(c)}: {int(k)}" for c, k in zip(ids, per)) + ")")
+    return "targets: " + "; ".join(parts)
 
 
 def headline(index, listed_below: bool = False) -> str:

@@ -13,12 +13,15 @@ The rules, and the trade-offs they make:
   ``RandomResizedCrop`` and quarter turns the map keeps axes, so this is exact; for rotation and
   affine it is the box enclosing the moved corners, as torchvision does. Each box carries the
   fraction of it that survived the clips (``visible``); :class:`BoxPolicy` drops the too small or
-  too hidden ones and counts them.
+  too hidden ones and counts them. A few boxes (up to ``FEW_BOXES``) are moved on Python floats, the same
+  doubles as the numpy path: at three boxes numpy's per-call overhead was the whole cost.
 * **Masks** (``H x W`` integer class ids) move by nearest neighbour, never antialiased: crops and
   flips cut and mirror exactly; resizes and warps sample each output pixel's centre in the source
   (``src = floor((x + 0.5) * in / out)``, in the float32 arithmetic of DALI's CPU ``INTERP_NN``
   operators: tests/transforms/test_target_kernels_dali.py), and the mask's own fill
-  (``fill=0``: background) goes where the image is padded. Pure numpy: no OpenCV, no DALI.
+  (``fill=0``: background) goes where the image is padded. The source indices are computed in numpy
+  in that arithmetic; the gathers are ``np.take`` and ``cv2.remap`` on integer maps (a pure copy
+  per pixel), so a mask costs about one nearest pass of its image (scripts/mask_kernels_cost.py).
 * **Operations that are not geometric** (``KIND`` photometric, output or batch: colour, CLAHE,
   blur, ``Normalize``, ``RandomErasing``) leave both unchanged: one identity kernel registered on
   :class:`Transform` reads the declared ``KIND``, so a new photometric operation needs nothing here,
@@ -27,6 +30,7 @@ The rules, and the trade-offs they make:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +50,7 @@ from .window import crop
 CROPS = (CenterCrop, RandomCrop, RandomResizedCrop)  # a window (top, left, h, w) resized to the output size
 FLIPS = (RandomHorizontalFlip, RandomVerticalFlip)
 MASK_FILL = 0  # the mask's value where the image is padded or warped in from outside: background
+SHRT_MAX = 32767  # cv2.remap's integer maps (CV_16SC2) and its output sides stay below this
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,7 @@ def rotation_matrix(height: int, width: int, angle: float) -> np.ndarray:
     cx, cy = width / 2 - 0.5, height / 2 - 0.5
     m = _affine(alpha, beta, (1 - alpha) * cx - beta * cy, -beta, alpha, beta * cx + (1 - alpha) * cy)
     shift = _affine(1, 0, 0.5, 0, 1, 0.5)  # corner = centre coordinate + 0.5
-    return shift @ m @ np.linalg.inv(shift)
+    return shift @ m @ _affine(1, 0, -0.5, 0, 1, -0.5)  # the shift's inverse
 
 
 def forward_matrix(op: Transform, params: dict[str, np.ndarray], size: Size) -> np.ndarray:
@@ -184,20 +189,51 @@ def forward_matrix(op: Transform, params: dict[str, np.ndarray], size: Size) -> 
                       "dali_backend.transforms.targets.forward_matrix")
 
 
+_CORNER_X, _CORNER_Y = [0, 2, 0, 2], [1, 1, 3, 3]  # columns of xyxy: the four corners' x and y
+FEW_BOXES = 16  # up to this many boxes, plain Python floats: numpy's per-call overhead is the cost there
+
+
+def _moved_few(xyxy: np.ndarray, matrix: np.ndarray, out_size: Size) -> tuple[list, list]:
+    """:func:`move_boxes`' arithmetic on Python floats (IEEE doubles, the same operations in the same order
+    as the numpy path, so the same results bit for bit): ``(rows x1 y1 x2 y2, kept fractions)``."""
+    (a, b, c), (d, e, f) = matrix[0].tolist(), matrix[1].tolist()
+    w, h = float(out_size[1]), float(out_size[0])
+    rows, fractions = [], []
+    for x1, y1, x2, y2 in xyxy.tolist():
+        xs = (a * x1 + b * y1 + c, a * x2 + b * y1 + c, a * x1 + b * y2 + c, a * x2 + b * y2 + c)
+        ys = (d * x1 + e * y1 + f, d * x2 + e * y1 + f, d * x1 + e * y2 + f, d * x2 + e * y2 + f)
+        lx, hx, ly, hy = min(xs), max(xs), min(ys), max(ys)
+        whole = max(hx - lx, 0.0) * max(hy - ly, 0.0)
+        lx, hx, ly, hy = min(max(lx, 0.0), w), min(max(hx, 0.0), w), min(max(ly, 0.0), h), min(max(hy, 0.0), h)
+        kept = max(hx - lx, 0.0) * max(hy - ly, 0.0)
+        rows.append((lx, ly, hx, hy))
+        fractions.append(kept / whole if whole > 0 else 0.0)
+    return rows, fractions
+
+
 def move_boxes(boxes: Boxes, matrix: np.ndarray, out_size: Size) -> Boxes:
-    """``boxes`` moved by ``matrix`` (3x3, corner coordinates): the box enclosing the four moved corners,
-    clipped to ``out_size``; ``visible`` multiplied by the fraction the clip kept."""
-    x1, y1, x2, y2 = (boxes.xyxy[:, k].astype(np.float64) for k in range(4))
-    corners = np.stack([np.stack([x, y, np.ones_like(x)], -1) for x, y in ((x1, y1), (x2, y1), (x1, y2), (x2, y2))], 1)
-    moved = corners @ matrix.T  # [N, 4 corners, 3]
-    lo, hi = moved[..., :2].min(axis=1), moved[..., :2].max(axis=1)
-    whole = np.prod(np.clip(hi - lo, 0, None), axis=1)
-    limit = np.array([out_size[1], out_size[0]], np.float64)
-    lo, hi = np.clip(lo, 0, limit), np.clip(hi, 0, limit)
-    kept = np.prod(np.clip(hi - lo, 0, None), axis=1)
-    fraction = np.divide(kept, whole, out=np.zeros_like(kept), where=whole > 0)
-    return Boxes(np.concatenate([lo, hi], axis=1).astype(np.float32), boxes.labels, out_size,
-                 (boxes.visible * fraction).astype(np.float32))
+    """``boxes`` moved by ``matrix`` (3x3 affine, corner coordinates): the box enclosing the four moved
+    corners, clipped to ``out_size``; ``visible`` multiplied by the fraction the clip kept. Up to
+    :data:`FEW_BOXES` boxes on Python floats (9 us for 3 boxes against 40 us for the numpy calls on
+    ``[N, 4]`` arrays, whose per-call overhead is the cost at a few boxes), beyond in numpy."""
+    m = np.asarray(matrix, np.float64)
+    if len(boxes) <= FEW_BOXES:
+        rows, fractions = _moved_few(boxes.xyxy, m, out_size)
+        xyxy, fraction = np.array(rows, np.float64).reshape(-1, 4), np.array(fractions, np.float64)
+    else:
+        corners = boxes.xyxy.astype(np.float64)
+        xs, ys = corners[:, _CORNER_X], corners[:, _CORNER_Y]  # [N, 4 corners]
+        moved = np.stack([m[0, 0] * xs + m[0, 1] * ys + m[0, 2], m[1, 0] * xs + m[1, 1] * ys + m[1, 2]], 1)
+        lo, hi = moved.min(axis=2), moved.max(axis=2)  # [N, (x, y)]
+        side = np.maximum(hi - lo, 0.0)
+        whole = side[:, 0] * side[:, 1]
+        limit = np.array([out_size[1], out_size[0]], np.float64)
+        lo, hi = np.minimum(np.maximum(lo, 0.0), limit), np.minimum(np.maximum(hi, 0.0), limit)
+        side = np.maximum(hi - lo, 0.0)
+        kept = side[:, 0] * side[:, 1]
+        fraction = np.divide(kept, whole, out=np.zeros_like(kept), where=whole > 0)
+        xyxy = np.concatenate([lo, hi], axis=1)
+    return Boxes(xyxy.astype(np.float32), boxes.labels, out_size, (boxes.visible * fraction).astype(np.float32))
 
 
 def boxes_kernel(op: Transform, boxes: Boxes, params: dict[str, np.ndarray]) -> Boxes:
@@ -218,26 +254,55 @@ def _checked_mask(op: Transform, mask) -> np.ndarray:
     return mask
 
 
+@functools.lru_cache(maxsize=512)
+def _nearest_columns(n_out: int, n_in: int) -> np.ndarray:
+    """The source column of each output column of a nearest resize (read-only, cached per size pair)."""
+    s = np.float32(n_in) / np.float32(n_out)
+    out = np.minimum(np.floor((np.arange(n_out, dtype=np.float32) + np.float32(0.5)) * s).astype(np.intp), n_in - 1)
+    out.flags.writeable = False
+    return out
+
+
+@functools.lru_cache(maxsize=512)
+def _nearest_rows(n_out: int, n_in: int) -> np.ndarray:
+    """The source row of each output row of a nearest resize (read-only, cached per size pair)."""
+    s = np.float32(n_in) / np.float32(n_out)
+    steps = np.full(n_out, s, np.float32)
+    steps[0] = np.float32(0.5) * s
+    out = np.minimum(np.floor(np.cumsum(steps, dtype=np.float32)).astype(np.intp), n_in - 1)  # sequential in float32
+    out.flags.writeable = False
+    return out
+
+
 def nearest_resize(mask: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
     """``mask`` resized to ``out_h`` x ``out_w`` by nearest neighbour, no antialiasing, labels never mixed:
     output pixel ``j`` takes the source pixel containing its centre, ``(j + 0.5) * in / out``, in DALI's
     CPU ``fn.resize(interp_type=INTERP_NN)`` float32 arithmetic, bit for bit (measured on 400 random
     sizes up to 1500): columns ``floor((j + 0.5f) * s)``, rows by the running sum ``0.5f * s + s + ...``
-    (``s = float32(in) / float32(out)``); the two differ on exact ties (40 -> 100 rows: 14 of 100)."""
+    (``s = float32(in) / float32(out)``); the two differ on exact ties (40 -> 100 rows: 14 of 100).
+    Two 1-D gathers (rows, then columns: ``np.take``) of indices cached per size pair: 0.04 ms at
+    200 x 250 -> 224 x 224, against 0.23 ms for one 2-D fancy index and 0.13 ms for ``cv2.resize``
+    of the 3-channel image (scripts/mask_kernels_cost.py)."""
     h, w = mask.shape
+    return mask.take(_nearest_rows(int(out_h), h), axis=0).take(_nearest_columns(int(out_w), w), axis=1)
+
+
+def _warp_sources(inverse: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
+    """``[out_w, out_h, 2]`` float32: for output pixel ``(y, x)`` at ``[x, y]`` the floored ``(x, y)`` of its
+    source, in DALI CPU's float32 arithmetic: each row starts at ``M @ (0.5, y + 0.5, 1)`` and steps by
+    the matrix's first column, one float32 addition per pixel in order. Stored column by column so that
+    each step is one contiguous vector addition over all rows (0.15 ms at 224 x 224, against 0.45 ms
+    for ``np.cumsum`` along the rows)."""
     f = np.float32
-
-    def columns(n_out: int, n_in: int) -> np.ndarray:
-        s = f(n_in) / f(n_out)
-        return np.minimum(np.floor((np.arange(n_out, dtype=f) + f(0.5)) * s).astype(np.int64), n_in - 1)
-
-    def rows(n_out: int, n_in: int) -> np.ndarray:
-        s = f(n_in) / f(n_out)
-        steps = np.full(n_out, s, f)
-        steps[0] = f(0.5) * s
-        return np.minimum(np.floor(np.cumsum(steps, dtype=f)).astype(np.int64), n_in - 1)  # sequential in float32
-
-    return np.ascontiguousarray(mask[rows(out_h, h)[:, None], columns(out_w, w)[None, :]])
+    m = np.asarray(inverse)[:2].astype(f)
+    src = np.empty((out_w, out_h * 2), f)  # column x: (source x, source y) of every row, interleaved
+    y = np.arange(out_h, dtype=f) + f(0.5)
+    src[0] = (m[:, 0] * f(0.5) + m[:, 1] * y[:, None] + m[:, 2]).reshape(-1)
+    step = np.tile(m[:, 0], out_h)
+    columns = list(src)
+    for before, column in zip(columns, columns[1:]):
+        np.add(before, step, out=column)
+    return np.floor(src, out=src).reshape(out_w, out_h, 2)
 
 
 def nearest_warp(mask: np.ndarray, inverse: np.ndarray, out_size: Size, fill: int) -> np.ndarray:
@@ -245,19 +310,24 @@ def nearest_warp(mask: np.ndarray, inverse: np.ndarray, out_size: Size, fill: in
     ``inverse @ (x + 0.5, y + 0.5, 1)`` (corner coordinates), ``fill`` where that falls outside. In the
     float32 arithmetic of DALI's CPU ``fn.warp_affine(interp_type=INTERP_NN)``, bit for bit: each row
     starts at ``M @ (0.5, y + 0.5, 1)`` and steps by the matrix's first column (a direct product
-    differs on ties: 2 of 153,600 pixels over 64 draws of 40 x 60)."""
-    f = np.float32
-    m = np.asarray(inverse)[:2].astype(f)
-    out_h, out_w = out_size
+    differs on ties: 2 of 153,600 pixels over 64 draws of 40 x 60).
+
+    The integer source indices are computed here; the gather is ``cv2.remap`` on an integer map
+    (``CV_16SC2``, ``INTER_NEAREST``: a copy per pixel, ``fill`` outside), for uint8 masks and sides
+    below 32767; other masks take the numpy gather of the same indices."""
+    out_h, out_w = (int(v) for v in out_size)
     h, w = mask.shape
-    y = np.arange(out_h, dtype=f) + f(0.5)
-    steps = np.empty((2, out_h, out_w), f)  # x and y of the source, row by row
-    steps[:, :, 0] = m[:, 0, None] * f(0.5) + m[:, 1, None] * y + m[:, 2, None]
-    steps[:, :, 1:] = m[:, 0, None, None]
-    sx, sy = np.floor(np.cumsum(steps, axis=2, dtype=f, out=steps), out=steps)  # sequential in float32
+    src = _warp_sources(inverse, out_h, out_w)
+    if mask.dtype == np.uint8 and max(h, w, out_h, out_w) < SHRT_MAX:
+        import cv2  # here, not at the top: importing the package loads no OpenCV (tests/test_imports.py)
+
+        np.clip(src, -1, max(h, w), out=src)  # outside stays outside, and fits int16
+        out = cv2.remap(mask, src.astype(np.int16), None, cv2.INTER_NEAREST, borderMode=cv2.BORDER_CONSTANT,
+                        borderValue=int(fill))
+        return np.ascontiguousarray(out.T)
+    sx, sy = src[..., 0].T, src[..., 1].T
     inside = (sx >= 0) & (sx < w) & (sy >= 0) & (sy < h)
-    flat = np.where(inside, sy.astype(np.int64) * w + sx.astype(np.int64), 0)
-    out = np.take(mask.reshape(-1), flat)
+    out = np.take(mask.reshape(-1), np.where(inside, sy.astype(np.int64) * w + sx.astype(np.int64), 0))
     out[~inside] = fill
     return out
 
@@ -278,7 +348,11 @@ def _crop_mask(op: CenterCrop | RandomCrop, mask, params, fill: int = MASK_FILL)
 
 
 def _resized_crop_mask(op: RandomResizedCrop, mask, params, fill: int = MASK_FILL):
-    return nearest_resize(crop(_checked_mask(op, mask), *op.window(params), fill), *op.size)
+    mask = _checked_mask(op, mask)
+    top, left, h, w = (int(v) for v in op.window(params))
+    inside = 0 <= top and 0 <= left and top + h <= mask.shape[0] and left + w <= mask.shape[1]
+    window = mask[top:top + h, left:left + w] if inside else crop(mask, top, left, h, w, fill)  # a view: no copy
+    return nearest_resize(window, *op.size)
 
 
 def _exact_mask(op: Transform, mask, params, fill: int = MASK_FILL):

@@ -191,9 +191,11 @@ def test_every_builder_option_has_an_index_flag():
     for builder in (SampleIndex.from_folder, SampleIndex.from_manifest, SampleIndex.from_keywords):
         for name in inspect.signature(builder).parameters:
             # --manifest, --keyword-rules; progress is automatic; storage_options: on the command line
-            # credentials and the endpoint come from AWS_* variables and profiles (never from a flag: shell history);
-            # targets: a reader's table (read_coco, mvtec_masks, ...), built in Python (no CLI flag yet)
-            if name in ("cls", "path", "rules", "progress", "storage_options", "targets"):
+            # credentials and the endpoint come from AWS_* variables and profiles (never from a flag: shell history)
+            if name in ("cls", "path", "rules", "progress", "storage_options"):
+                continue
+            if name == "targets":  # a reader's table (mvtec_masks, suffix_masks, read_coco, ...): built by these flags
+                assert {"--masks", "--mask-dir", "--mask-classes", "--annotations", "--box-classes"} <= flags
                 continue
             assert name in INDEX_CLI_FLAGS, (builder.__name__, name)
     for keyword, flag in INDEX_CLI_FLAGS.items():

@@ -85,6 +85,31 @@ def test_check_mask_refuses_another_size_and_undeclared_values():
         check_mask(mask, (6, 9), 300, "m.png")
 
 
+def test_checking_a_mask_costs_a_fraction_of_its_decode(tmp_path):
+    """The value check is a max (and a min for signed ids), not a sort of every pixel: measured 0.002 ms
+    against 0.5 ms for the PNG's decode at 320 x 256 (np.unique took 0.8 ms); a negative id in a signed
+    mask is still refused."""
+    import time
+
+    import cv2
+
+    mask = (np.random.default_rng(0).random((256, 320)) > 0.8).astype(np.uint8)
+    path = png(tmp_path / "m.png", mask)
+    best = {"decode": float("inf"), "check": float("inf")}
+    for _ in range(9):
+        for what, fn in (("decode", lambda: cv2.imread(str(path), cv2.IMREAD_UNCHANGED)),
+                         ("check", lambda: check_mask(mask, (256, 320), 2, "m.png"))):
+            t0 = time.process_time()
+            for _ in range(10):
+                fn()
+            best[what] = min(best[what], time.process_time() - t0)
+    assert best["check"] < 0.5 * best["decode"], best
+    signed = mask.astype(np.int16)
+    signed[0, 0] = -1
+    with pytest.raises(TargetError, match=r"values -1 \(1 pixels\) are outside the declared classes 0..1"):
+        check_mask(signed, (256, 320), 2, "m.png")
+
+
 def test_load_mask_reads_the_ids_unchanged(tmp_path):
     ids = (np.arange(20, dtype=np.uint16).reshape(4, 5) % 7)
     assert np.array_equal(load_mask(png(tmp_path / "m16.png", ids), (4, 5), 7), ids)

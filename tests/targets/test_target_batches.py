@@ -89,17 +89,6 @@ def test_masks_are_served_with_a_cache_dir(mvtec_index, tmp_path):
         assert torch.equal(a["mask"], c["mask"]) and torch.equal(b["mask"], c["mask"])
 
 
-def test_clips_over_an_index_with_targets_are_refused_not_dropped(mvtec_index):
-    from dali_backend import ClipSampler, ConfigError, Sequences
-
-    sampler = ClipSampler(Sequences.from_index(mvtec_index), clip_len=2, step=2, seed=0)
-    loader = DaliLoader(ImageDataset(mvtec_index, AugmentSpec(ops=[T.Resize((24, 32))], color="rgb")), batch_size=2,
-                        sampler=sampler, backend="torch")
-    with pytest.raises(ConfigError, match="per-frame targets of clips are not supported yet"):
-        next(iter(loader))
-    loader.close()
-
-
 def test_the_demo_draws_image_and_mask_batches(tmp_path, capsys):
     from tests.helpers import run_cli
 
