@@ -1,31 +1,15 @@
 """The fallback's mask kernels gather with integer maps (``np.take``, ``cv2.remap`` on ``CV_16SC2``) from the
 same float32 source indices as DALI's ``INTERP_NN`` (bit-exactness: tests/transforms/test_target_kernels_dali.py):
-the remap path equals the plain numpy gather for every draw, outside and far outside the mask included,
-and costs a fraction of the numpy gather (scripts/mask_kernels_cost.py measures every operation against
-the image's kernel)."""
+the remap path equals the plain numpy gather for every draw, outside and far outside the mask included
+(scripts/mask_kernels_cost.py measures every operation's cost against the image's kernel)."""
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 import pytest
 
 from dali_backend import transforms as T
 from dali_backend.transforms.targets import nearest_resize, nearest_warp, warp_matrix
-
-
-def cost_ratio(fast, slow, items: list, rounds: int = 11) -> float:
-    """CPU time of ``fast`` over ``items`` against ``slow``'s, each the best of ``rounds`` passes taken in
-    turn (process time: a busy machine preempts both alike, and it counts OpenCV's threads)."""
-    best = [float("inf"), float("inf")]
-    for _ in range(rounds):
-        for k, fn in enumerate((fast, slow)):
-            t0 = time.process_time()
-            for item in items:
-                fn(item)
-            best[k] = min(best[k], time.process_time() - t0)
-    return best[0] / best[1]
 
 
 def labels(shape, seed=0) -> np.ndarray:
@@ -56,20 +40,28 @@ def test_nearest_resize_gathers_rows_then_columns_of_any_view():
     assert np.array_equal(nearest_resize(mask, 100, 140)[::2, ::2], mask)
 
 
-def test_the_remap_gather_costs_a_fraction_of_the_numpy_gather():
-    """RandomRotation at 224 x 224, the same source indices gathered by cv2.remap (uint8 masks) and by numpy
-    (the uint16 path, the gather this module used for every mask), best of 7 in one run: measured 0.15-0.28x.
-    Against the image's own kernel (cv2.warpAffine, bilinear, 3 channels) the mask's warp measured
-    1.3-1.7x, where the numpy gather was 5.3-6.7x (scripts/mask_kernels_cost.py); not asserted here:
-    OpenCV's thread pool makes that ratio depend on what ran before in the process."""
+def test_uint8_masks_are_gathered_by_remap_and_uint16_masks_by_numpy(monkeypatch):
+    """The uint8 path is the cv2.remap gather on integer maps (measured 0.15-0.28x the numpy gather's time at
+    224 x 224 and the mask's warp 1.3-1.7x the image's own, where numpy's was 5.3-6.7x:
+    scripts/mask_kernels_cost.py); uint16 ids keep the numpy gather. Speed is the benchmark's to measure,
+    this test checks which gather runs."""
+    import cv2
+
+    calls = []
+    real = cv2.remap
+
+    def counting(*args, **kwargs):
+        calls.append(args[0].dtype)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cv2, "remap", counting)
     op = T.RandomRotation(15)
+    m = warp_matrix(op, op.make_params(seed=1, epoch=0, position=0, image_size=(224, 224)), (224, 224))
     mask = labels((224, 224))
-    matrices = [warp_matrix(op, op.make_params(seed=1, epoch=0, position=j, image_size=(224, 224)), (224, 224))
-                for j in range(20)]
-    wide = mask.astype(np.uint16)
-    ratio = cost_ratio(lambda m: nearest_warp(mask, m, (224, 224), 0), lambda m: nearest_warp(wide, m, (224, 224), 0),
-                       matrices)
-    assert ratio < 0.6, ratio
+    nearest_warp(mask, m, (224, 224), 0)
+    assert calls == [np.dtype(np.uint8)]
+    nearest_warp(mask.astype(np.uint16), m, (224, 224), 0)
+    assert calls == [np.dtype(np.uint8)]
 
 
 def random_boxes(rng, n: int):
@@ -87,8 +79,8 @@ def random_affine(rng) -> np.ndarray:
 
 def test_few_boxes_move_on_python_floats_exactly_as_the_numpy_path(monkeypatch):
     """Up to FEW_BOXES boxes are moved on Python floats: the same doubles as the numpy path, bit for bit
-    (clipped, emptied and hidden boxes included), in a third of its time or less (measured 9 us against
-    40 us for 3 boxes)."""
+    (clipped, emptied and hidden boxes included); measured 9 us against 40 us for 3 boxes (not asserted:
+    speed is the benchmark's to measure)."""
     from dali_backend.transforms import targets
 
     rng = np.random.default_rng(3)
@@ -99,13 +91,3 @@ def test_few_boxes_move_on_python_floats_exactly_as_the_numpy_path(monkeypatch):
     for (b, _, _), p, (_, m, size) in zip(draws, few, draws):
         q = targets.move_boxes(b, m, size)
         assert np.array_equal(p.xyxy, q.xyxy) and np.array_equal(p.visible, q.visible) and p.canvas == q.canvas
-    three = [(random_boxes(rng, 3), random_affine(rng), (224, 224)) for _ in range(200)]
-
-    def through(limit):
-        def move(d):
-            targets.FEW_BOXES = limit  # monkeypatch restores the module's value after the test
-            return targets.move_boxes(*d)
-        return move
-
-    ratio = cost_ratio(through(16), through(-1), three)
-    assert ratio < 0.5, ratio
