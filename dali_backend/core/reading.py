@@ -304,7 +304,7 @@ class SampleReader:
                 shard = self.shards.names[self.shards.ids[i]]
                 start, size = int(self.shards.offsets[i]), int(self.sizes[i])
                 if self.bucket is not None:
-                    data = self._shard_range(int(self.shards.ids[i]), start, size)
+                    data = self.shard_range(int(self.shards.ids[i]), start, size)
                 else:
                     data = read_range(os.path.join(self.root, shard), start, size)
             elif self.bucket is not None:
@@ -323,7 +323,7 @@ class SampleReader:
             self.disk.put(name, version, bytes(data))
         return data, None
 
-    def _shard_range(self, sid: int, start: int, size: int) -> bytes:
+    def shard_range(self, sid: int, start: int, size: int) -> bytes:
         """``size`` bytes of shard ``sid`` in the bucket, conditional on its ETag: the one listed when the
         index was loaded, else the first this process was served (so a shard rewritten meanwhile is
         :class:`~dali_backend.storage.client.ObjectChanged`)."""

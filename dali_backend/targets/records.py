@@ -12,6 +12,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import TargetError
+from ..storage import stores
 
 Size = tuple[int, int]  # (height, width)
 EPS = 1e-3  # pixels: a coordinate written as 640.0004 by a float round trip is on the edge, not outside
@@ -84,15 +85,21 @@ def recorded(base_argument: str | None):
             table = reader(*args, **kwargs)
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
-            plain = {k: _plain(v) for k, v in bound.arguments.items()}
+            plain = {k: _plain(v) for k, v in bound.arguments.items() if k != "storage_options"}  # never saved
             recipe = None if any(v is _NOT_JSON for v in plain.values()) else [{"reader": reader.__name__,
                                                                                 "args": plain}]
             base = getattr(table, "base", None)
             if base is None and base_argument is not None and bound.arguments.get(base_argument) is not None:
-                base = os.path.abspath(bound.arguments[base_argument])
+                base = root_of(bound.arguments[base_argument])
             return TargetTable(table, base, recipe)
         return read
     return wrap
+
+
+def root_of(path: str | os.PathLike) -> str:
+    """A folder's absolute path, or an object-storage URL (``s3://bucket/prefix``) in normal form: what a
+    table's keys are relative to."""
+    return stores.normal_root(path) if stores.is_remote(path) else os.path.abspath(path)
 
 
 def check_boxes(boxes: NDArray[np.float32], size: Size | None, where: str) -> None:
