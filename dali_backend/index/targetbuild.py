@@ -18,7 +18,6 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-import posixpath
 from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +27,7 @@ import numpy as np
 from .. import targets as readers
 from ..errors import ConfigError, StorageError, TargetError
 from ..formats.jpeg import DEFAULT_MAX_PIXELS
-from ..storage import stores, urls
+from ..storage import stores
 from ..targets import mvtec_masks
 from ..targets.records import check_boxes
 from ..util.strings import StringTable
@@ -40,24 +39,18 @@ from .walk import Candidates
 log = logging.getLogger("dali_backend")
 
 
-def _join(root: str, rel: str) -> str:
-    return urls.join(root, rel) if stores.is_remote(root) else os.path.join(root, rel)
-
-
 def relative(path: str, start: str) -> str:
-    """``path`` relative to ``start`` (``/``-separated; ``../`` where it lies outside), both folders or both
-    URLs of one store.
+    """``path`` relative to ``start`` (``/``-separated, ``../`` where it lies outside), both folders or both
+    URLs of one store (:func:`~dali_backend.storage.stores.relative`).
 
     Raises:
         TargetError: one is a URL and the other a folder, or they are URLs of two buckets.
     """
-    if stores.is_remote(path) or stores.is_remote(start):
-        (sa, pa), (sb, pb) = (p.split("://", 1) if stores.is_remote(p) else ("", p) for p in (path, start))
-        if sa != sb or pa.split("/", 1)[0] != pb.split("/", 1)[0]:
-            raise TargetError(f"{path}: not under {start} (another store or bucket); read the annotations relative "
-                              "to the index's root (their root= argument)")
-        return posixpath.relpath(pa, pb)
-    return os.path.relpath(path, start).replace(os.sep, "/")
+    rel = stores.relative(path, start)
+    if rel is None:
+        raise TargetError(f"{path}: not under {start} (another store or bucket); read the annotations relative "
+                          "to the index's root (their root= argument)")
+    return rel
 
 
 def _mask_head(store, rel: str, where: str):
@@ -98,7 +91,7 @@ def join_targets(index, table: Mapping, num_classes: int = 2, binary: bool = Fal
         raise TargetError("targets: the table pairs no mask and gives no box (is it the right annotation or "
                           "folder?); pass binary=True for a segmentation set whose images are all background")
     for i, rel in enumerate(index.paths):
-        key = relative(_join(root, rel), base)
+        key = relative(stores.join(root, rel), base)
         t = table.get(key)
         hw = (int(index.heights[i]), int(index.widths[i]))
         if t is None:
@@ -111,7 +104,7 @@ def join_targets(index, table: Mapping, num_classes: int = 2, binary: bool = Fal
         labels.append(t.labels)
         counts.append(len(t.labels))
         if t.mask is not None:
-            mask_at = _join(base, t.mask)
+            mask_at = stores.join(base, t.mask)
             mask_rel = relative(mask_at, root)
             if remote and (mask_rel == ".." or mask_rel.startswith("../")):
                 raise TargetError(f"{mask_at}: the mask of {key!r} lies outside the index root {root}; on an object "
@@ -181,7 +174,7 @@ def from_mvtec(cls, root, category: str, split: str = "test", **options):
         IndexBuildError: no such category or split folder.
         TargetError: a defect image without its mask, a mask without its image or of another size.
     """
-    index = cls.from_folder(_join(os.fspath(root), category), split=split, **options)
+    index = cls.from_folder(stores.join(os.fspath(root), category), split=split, **options)
     return with_targets(index, mvtec_masks(root, storage_options=options.get("storage_options")), 2, True)
 
 
@@ -205,7 +198,7 @@ def from_annotations(cls, root, targets: Mapping, *, classes_name: str = "image"
     base = getattr(targets, "base", None) or folder
     paths = []
     for key in sorted(targets):
-        rel = relative(_join(base, key), folder)
+        rel = relative(stores.join(base, key), folder)
         if rel.startswith("../") or os.path.isabs(rel):
             raise TargetError(f"{key!r} (of {base}) lies outside the data root {folder}; pass the root the "
                               "annotation's paths are relative to")

@@ -16,6 +16,7 @@ comes with the first request).
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -94,6 +95,39 @@ def url_root(text: str) -> str | None:
         ConfigError: a URL of no registered scheme (the message names the supported ones).
     """
     return normal_root(text) if is_remote(text) else None
+
+
+def join(root: str, rel: str) -> str:
+    """The path (or URL) of ``rel`` (``/``-separated) under the data root ``root``: a folder or a store's URL."""
+    return urls.join(root, rel) if is_remote(root) else os.path.join(root, rel)
+
+
+def relative(path: str, start: str) -> str | None:
+    """``path`` relative to ``start`` (``/``-separated; ``../`` where it lies above it), both folders or both
+    URLs of one store and bucket; None where they are not (a URL and a folder, two buckets)."""
+    if not (is_remote(path) or is_remote(start)):
+        return os.path.relpath(path, start).replace(os.sep, "/")
+    if not (is_remote(path) and is_remote(start)):
+        return None
+    (sa, pa), (sb, pb) = path.split("://", 1), start.split("://", 1)
+    if sa.lower() != sb.lower() or pa.split("/", 1)[0] != pb.split("/", 1)[0]:
+        return None
+    return posixpath.relpath(pa, pb)
+
+
+def parent(root: str) -> str:
+    """The folder (or URL) that holds the data root ``root``.
+
+    Raises:
+        ConfigError: ``root`` is a bucket's top (``s3://bucket``), which has no parent.
+    """
+    if not is_remote(root):
+        return os.path.dirname(os.path.abspath(root))
+    normal = normal_root(root)
+    if "/" not in normal.split("://", 1)[1]:
+        raise ConfigError(f"{root!r} is the top of its bucket: there is no folder above it; put the images and the "
+                          "masks in two folders under one prefix (s3://bucket/data/images, s3://bucket/data/masks)")
+    return normal.rsplit("/", 1)[0]
 
 
 def _entry(url: str):

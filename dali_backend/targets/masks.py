@@ -23,25 +23,19 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import TargetError
-from ..storage import stores, urls
+from ..storage import stores
 from .records import ImageTargets, Size, TargetTable, recorded
 
 GOOD = "good"  # MVTec AD's folder of defect-free images
 
 
-def _listing(root: str | Path, storage_options: Mapping | None) -> tuple[str, list[str]]:
-    """``(root as messages name it, the relative paths of the files below it, sorted)``: a folder's walk, or
-    one listing of an object store's URL (``s3://bucket/prefix``)."""
-    if stores.is_remote(root):
-        store = stores.open_store(str(root), storage_options)
-        return store.root, sorted(o.rel for o in store.list() if o.rel and not o.rel.endswith("/"))
-    root = Path(root)
-    return str(root), sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
-
-
-def _at(root: str, rel: str) -> str:
-    """The file ``rel`` under ``root`` (a folder or a URL), as messages name it."""
-    return urls.join(root, rel) if stores.is_remote(root) else str(Path(root) / rel)
+def _listing(root: str | Path, storage_options: Mapping | None):
+    """``(the root's store, the relative paths of the files below it, sorted)``: a folder's walk (symlinks to
+    files followed), or one listing of an object store (``s3://bucket/prefix``)."""
+    store = stores.open_store(root, storage_options)
+    if store.folder is None:
+        return store, sorted(o.rel for o in store.list() if o.rel and not o.rel.endswith("/"))
+    return store, sorted(p.relative_to(store.folder).as_posix() for p in store.folder.rglob("*") if p.is_file())
 
 
 def _under(files: list[str], folder: str, suffixes: tuple[str, ...]) -> list[str]:
@@ -50,8 +44,12 @@ def _under(files: list[str], folder: str, suffixes: tuple[str, ...]) -> list[str
     return [f for f in files if f.startswith(base) and PurePosixPath(f).suffix.lower() in suffixes]
 
 
-def _parent(root: str | Path) -> str | Path:
-    return root.rsplit("/", 1)[0] if stores.is_remote(root) else Path(root).parent
+def _relative(path: str, base: str) -> str:
+    rel = stores.relative(path, base)
+    if rel is None:
+        raise TargetError(f"{path}: not in the store of {base}; keep the images and the masks in one store (one "
+                          "bucket, or local folders)")
+    return rel
 
 
 @recorded("root")
@@ -64,12 +62,13 @@ def mvtec_masks(root: str | Path, suffixes: tuple[str, ...] = (".png",),
     Raises:
         TargetError: a defect image without its mask, a mask without its image, or no category found.
     """
-    where, files = _listing(root, storage_options)
+    store, files = _listing(root, storage_options)
+    at = store.url
     present = set(files)
     out: dict[str, ImageTargets] = {}
     cats = sorted({f.split("/", 1)[0] for f in files if f.count("/") >= 2 and f.split("/")[1] in ("train", "test")})
     if not cats:
-        raise TargetError(f"mvtec_masks: no <category>/test or <category>/train folder under {where}; the MVTec AD "
+        raise TargetError(f"mvtec_masks: no <category>/test or <category>/train folder under {store.root}; the MVTec AD "
                           "layout is <category>/{train,test}/<defect or good>/<name>.png")
     for cat in cats:
         for split in ("train", "test"):
@@ -82,8 +81,8 @@ def mvtec_masks(root: str | Path, suffixes: tuple[str, ...] = (".png",),
                 sub = image.parent.relative_to(f"{cat}/{split}")
                 mask = (PurePosixPath(cat, "ground_truth", sub) / f"{image.stem}_mask.png").as_posix()
                 if mask not in present:
-                    raise TargetError(f"{_at(where, rel)}: a '{kind}' test image without its mask {_at(where, mask)}; "
-                                      f"add the mask, or move the image to {_at(where, f'{cat}/test/{GOOD}')} if it has "
+                    raise TargetError(f"{at(rel)}: a '{kind}' test image without its mask {at(mask)}; "
+                                      f"add the mask, or move the image to {at(f'{cat}/test/{GOOD}')} if it has "
                                       "no defect")
                 out[rel] = ImageTargets(mask=mask, source="mvtec")
         paired = {t.mask for t in out.values()}
@@ -92,7 +91,7 @@ def mvtec_masks(root: str | Path, suffixes: tuple[str, ...] = (".png",),
                 m = PurePosixPath(mask)
                 stem = m.stem[:-len("_mask")] if m.stem.endswith("_mask") else m.stem
                 image = PurePosixPath(cat, "test", m.parent.relative_to(f"{cat}/ground_truth"), stem).as_posix()
-                raise TargetError(f"{_at(where, mask)}: a mask without its image {_at(where, image)}{suffixes[0]} "
+                raise TargetError(f"{at(mask)}: a mask without its image {at(image)}{suffixes[0]} "
                                   "(MVTec AD names masks <name>_mask.png); remove it or add the image")
     return out
 
@@ -116,9 +115,9 @@ def suffix_masks(images: str | Path, masks: str | Path | None = None, suffix: st
     if missing not in ("background", "error"):
         raise TargetError(f"suffix_masks(missing={missing!r}); give 'background' or 'error'")
     same = masks is None or str(masks) == str(images)
-    image_root, files = _listing(images, storage_options)
-    mask_root, mask_files = (image_root, files) if same else _listing(masks, storage_options)
-    base = image_root if same else str(_parent(image_root))
+    image_store, files = _listing(images, storage_options)
+    mask_store, mask_files = (image_store, files) if same else _listing(masks, storage_options)
+    base = image_store.root if same else stores.parent(image_store.root)
     present = set(mask_files)
     out: dict[str, ImageTargets] = {}
     for rel in _under(files, "", suffixes):
@@ -126,25 +125,15 @@ def suffix_masks(images: str | Path, masks: str | Path | None = None, suffix: st
         if same and image.stem.endswith(suffix) and image.suffix == mask_ext:
             continue  # a mask beside its image
         mask = (image.parent / f"{image.stem}{suffix}{mask_ext}").as_posix()
-        key = _key(_at(image_root, rel), base)
+        key = _relative(image_store.url(rel), base)
         if mask in present:
-            out[key] = ImageTargets(mask=_key(_at(mask_root, mask), base), source=f"suffix {suffix!r}")
+            out[key] = ImageTargets(mask=_relative(mask_store.url(mask), base), source=f"suffix {suffix!r}")
         elif missing == "error":
-            raise TargetError(f"{_at(image_root, rel)}: no mask {_at(mask_root, mask)}; add it, or pass "
+            raise TargetError(f"{image_store.url(rel)}: no mask {mask_store.url(mask)}; add it, or pass "
                               "missing='background' to read images without a mask as all background")
         else:
             out[key] = ImageTargets(mask=None, source=f"suffix {suffix!r}")
-    return TargetTable(out, base=stores.normal_root(base))
-
-
-def _key(path: str, base: str) -> str:
-    """``path`` relative to ``base`` where it lies below it, else as it is (``/``-separated)."""
-    if stores.is_remote(path):
-        return path[len(base) + 1:] if path.startswith(base + "/") else path
-    try:
-        return Path(path).relative_to(base).as_posix()
-    except ValueError:
-        return Path(path).as_posix()
+    return TargetTable(out, base=base)
 
 
 def check_mask(mask: NDArray, image_size: Size, num_classes: int, where: str) -> NDArray[np.uint8]:

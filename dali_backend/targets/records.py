@@ -99,7 +99,7 @@ def recorded(base_argument: str | None):
 def root_of(path: str | os.PathLike) -> str:
     """A folder's absolute path, or an object-storage URL (``s3://bucket/prefix``) in normal form: what a
     table's keys are relative to."""
-    return stores.normal_root(path) if stores.is_remote(path) else os.path.abspath(path)
+    return stores.url_root(str(path)) or os.path.abspath(path)
 
 
 def check_boxes(boxes: NDArray[np.float32], size: Size | None, where: str) -> None:
