@@ -182,8 +182,14 @@ class IndexTargets:
         (:meth:`mask_bytes`) and checked (values, size), or all background (0) without one."""
         if self.mask_path(i) is None:
             return np.zeros(size, np.uint8)
-        data, where = self.mask_bytes(reader, i)
+        data, where = reader.fetched_with(i, lambda: self.mask_bytes(reader, i))
         return self.decoded_mask(data, where, size)
+
+    def mask_ahead(self, reader, i: int) -> tuple[bytes, str] | None:
+        """:meth:`mask_bytes` where sample ``i`` has a mask file, else None: what the reader fetches ahead
+        with the sample's image (``SampleReader.fetch_with``: on an object store a mask's request rides with
+        its image's, so a batch waits for the network about once)."""
+        return None if self.mask_path(i) is None else self.mask_bytes(reader, i)
 
     def decoded_mask(self, data: bytes, where: str, size: tuple[int, int]) -> NDArray[np.uint8]:
         """A mask file's bytes (named ``where``) decoded unchanged (binary: as 0/1) and checked against its

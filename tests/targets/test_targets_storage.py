@@ -122,6 +122,23 @@ def test_cache_dir_holds_the_masks_like_the_images(s3, mvtec_url, tmp_path, back
     assert_same(cold, warm)
 
 
+def test_masks_are_fetched_ahead_with_their_images(s3, mvtec_url):
+    """The executors prefetch a batch's draws: each mask's GET rides with its image's, in the reader's threads,
+    so reading the masks afterwards asks the store nothing (a mask read on its own costs a round trip)."""
+    from dali_backend.core.reading import SampleReader
+
+    remote = SampleIndex.from_mvtec(mvtec_url, "plate", "test")
+    reader = SampleReader.for_index(remote, seed=0)
+    reader.prefetch(range(len(remote)))
+    sizes = [(int(h), int(w)) for h, w in zip(remote.heights, remote.widths)]
+    for i in range(len(remote)):
+        reader.read(i)  # the image, from its prefetch: the masks' fetches ran beside these
+    s3.proxy.stats(reset=True)
+    got = [remote.annotations.read_mask(reader, i, sizes[i]) for i in range(len(remote))]
+    assert s3.proxy.stats()["requests"].get("GET", 0) == 0
+    assert sum(int(m.any()) for m in got) == int((remote.annotations.mask_sizes >= 0).sum())
+
+
 def test_a_changed_mask_object_makes_the_index_stale_and_is_refused_when_read(s3, mvtec_root, tmp_path):
     url = upload(s3, mvtec_root, "mvtec-changed")
     index = SampleIndex.from_mvtec(url, "plate", "test")
