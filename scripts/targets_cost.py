@@ -18,25 +18,36 @@ import warnings
 from pathlib import Path
 
 
-def main() -> None:
-    from dali_backend import AugmentSpec, DaliLoader, ImageDataset, SampleIndex
-    from dali_backend import transforms as T
-    from dali_backend.core.defects import generate_detection, generate_mvtec
-    from dali_backend.targets import read_coco
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(description: str) -> argparse.ArgumentParser:
+    """The options both cost scripts take (this one and ``targets_remote_cost.py``)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--images", type=int, default=96, help="images per set (default 96)")
     ap.add_argument("--size", type=int, nargs=2, default=(320, 256), metavar=("W", "H"))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--backends", nargs="+", default=["torch", "dali"])
-    args = ap.parse_args()
+    return ap
+
+
+def mvtec_set(folder: Path, images: int, size) -> Path:
+    """One synthetic MVTec AD category under ``folder``: ``images`` test images, a third good, and its masks."""
+    from dali_backend.core.defects import generate_mvtec
+
+    per_kind = max(1, images // 3)
+    return generate_mvtec(folder, n_train=1, n_good=images - 2 * per_kind, n_defect=per_kind, size=tuple(size))
+
+
+def main() -> None:
+    from dali_backend import AugmentSpec, DaliLoader, ImageDataset, SampleIndex
+    from dali_backend import transforms as T
+    from dali_backend.core.defects import generate_detection
+    from dali_backend.targets import read_coco
+
+    args = arguments(__doc__.splitlines()[0]).parse_args()
     warnings.simplefilter("ignore")
     tmp = Path(tempfile.mkdtemp(prefix="targets-cost-"))
-    per_kind = max(1, args.images // 3)
-    root = generate_mvtec(tmp / "mvtec", n_train=1, n_good=args.images - 2 * per_kind, n_defect=per_kind,
-                          size=tuple(args.size))
+    root = mvtec_set(tmp / "mvtec", args.images, args.size)
     masks = SampleIndex.from_mvtec(root, "plate", "test")
     det = tmp / "det"
     boxes = SampleIndex.from_annotations(det, read_coco(generate_detection(det, n=args.images, size=tuple(args.size)), det))

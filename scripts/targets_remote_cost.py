@@ -1,6 +1,6 @@
 """The cost of carrying masks from an ``s3://`` root, against its images alone (issue 35, item 1).
 
-    PYTHONPATH=. python scripts/targets_remote_cost.py [--images 96] [--latency-ms 20] [--workers 2] [--epochs 2]
+    PYTHONPATH=. python scripts/targets_remote_cost.py [--images 96] [--latency-ms 20] [--workers 2] [--epochs 3]
 
 One synthetic MVTec AD category (``test``: good and defect images with masks) is uploaded to a local S3
 server (moto, its own process) behind this package's proxy, which adds ``--latency-ms`` to every
@@ -12,7 +12,6 @@ Loopback only; a short measurement: compare the ratios within one run.
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
@@ -24,22 +23,14 @@ def main() -> None:
     from bench.s3local import TEST_ENV, MotoServer, Proxy, s3_client, upload_folder
     from dali_backend import AugmentSpec, DaliLoader, ImageDataset, SampleIndex
     from dali_backend import transforms as T
-    from dali_backend.core.defects import generate_mvtec
+    from scripts.targets_cost import arguments, mvtec_set
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--images", type=int, default=96, help="test images (default 96: a third good)")
-    ap.add_argument("--size", type=int, nargs=2, default=(320, 256), metavar=("W", "H"))
-    ap.add_argument("--latency-ms", type=float, default=20.0)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--backends", nargs="+", default=["torch", "dali"])
+    ap = arguments(__doc__.splitlines()[0])
+    ap.add_argument("--latency-ms", type=float, default=20.0, help="added to every request (default 20)")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     tmp = Path(tempfile.mkdtemp(prefix="targets-remote-"))
-    per_kind = max(1, args.images // 3)
-    root = generate_mvtec(tmp / "mvtec", n_train=1, n_good=args.images - 2 * per_kind, n_defect=per_kind,
-                          size=tuple(args.size))
+    root = mvtec_set(tmp / "mvtec", args.images, args.size)
     server = MotoServer()
     proxy = Proxy(server.endpoint)
     os.environ.update(TEST_ENV)

@@ -122,21 +122,30 @@ def test_cache_dir_holds_the_masks_like_the_images(s3, mvtec_url, tmp_path, back
     assert_same(cold, warm)
 
 
-def test_masks_are_fetched_ahead_with_their_images(s3, mvtec_url):
+def test_masks_are_fetched_ahead_with_their_images(mvtec_url, monkeypatch):
     """The executors prefetch a batch's draws: each mask's GET rides with its image's, in the reader's threads,
-    so reading the masks afterwards asks the store nothing (a mask read on its own costs a round trip)."""
+    not one round trip after another when the masks are read."""
+    import threading
+
     from dali_backend.core.reading import SampleReader
+    from dali_backend.storage.client import Bucket
 
     remote = SampleIndex.from_mvtec(mvtec_url, "plate", "test")
     reader = SampleReader.for_index(remote, seed=0)
+    where, get = [], Bucket.get
+
+    def spy(self, rel, etag=None, start=None, end=None):
+        if rel.endswith("_mask.png"):
+            where.append(threading.current_thread() is threading.main_thread())
+        return get(self, rel, etag, start, end)
+
+    monkeypatch.setattr(Bucket, "get", spy)
     reader.prefetch(range(len(remote)))
     sizes = [(int(h), int(w)) for h, w in zip(remote.heights, remote.widths)]
-    for i in range(len(remote)):
-        reader.read(i)  # the image, from its prefetch: the masks' fetches ran beside these
-    s3.proxy.stats(reset=True)
     got = [remote.annotations.read_mask(reader, i, sizes[i]) for i in range(len(remote))]
-    assert s3.proxy.stats()["requests"].get("GET", 0) == 0
-    assert sum(int(m.any()) for m in got) == int((remote.annotations.mask_sizes >= 0).sum())
+    masks = int((remote.annotations.mask_sizes >= 0).sum())
+    assert where == [False] * masks  # each mask fetched once, in the prefetching threads
+    assert sum(int(m.any()) for m in got) == masks
 
 
 def test_a_changed_mask_object_makes_the_index_stale_and_is_refused_when_read(s3, mvtec_root, tmp_path):
@@ -253,4 +262,15 @@ def test_a_shard_missing_its_mask_member_is_named(mvtec_root, tmp_path):
     i = next(k for k in range(len(stale)) if stale.annotations.mask_path(k))
     ds = ImageDataset(stale, AugmentSpec(ops=[T.Resize((24, 32))], color="rgb"))
     with pytest.raises(TargetError, match=rf"{name}: no mask member <key>.mask.png .* pack the index again"):
+        ds.move_targets(i, ds.spec.make_params(0, 0, i, (48, 64)), (48, 64))
+
+
+def test_a_local_mask_rewritten_after_indexing_is_refused_when_read_not_used(tmp_path):
+    root = generate_mvtec(tmp_path / "mv", n_train=1, n_good=1, n_defect=1, size=(64, 48))
+    index = SampleIndex.from_mvtec(root, "plate", "test")
+    i = next(k for k in range(len(index)) if index.annotations.mask_path(k))
+    path = root / "plate" / index.annotations.mask_path(i)
+    cv2.imwrite(str(path), np.zeros((48, 64), np.uint8))  # its image's size, other pixels: a valid mask, not the indexed one
+    ds = ImageDataset(index, AugmentSpec(ops=[T.Resize((24, 32))], color="rgb"))
+    with pytest.raises(TargetError, match=rf"{path}: the mask changed since indexing \(size \d+ -> \d+ bytes\)"):
         ds.move_targets(i, ds.spec.make_params(0, 0, i, (48, 64)), (48, 64))
