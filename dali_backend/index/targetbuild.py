@@ -10,7 +10,8 @@ index), and its mask file's first :data:`~.targets.PNG_HEAD` bytes are read thro
 (one range read: a file's ``pread``, an object's ranged GET, in threads), which also answers its
 version: size and mtime, or size and ETag. A mask of another size than its image is refused here,
 not at the first epoch. Keys of an ``s3://`` index are relative to the table's base URL (default the
-index root) as a folder's are to its base folder; the masks must lie under the index root there.
+index root) as a folder's are to its base folder; masks in a folder beside the images' (``../masks/...``)
+are read through the store of the prefix above (:func:`~dali_backend.storage.stores.resolve`).
 """
 
 from __future__ import annotations
@@ -69,8 +70,7 @@ def join_targets(index, table: Mapping, num_classes: int = 2, binary: bool = Fal
     read through the index's store and checked against its image's size, its version recorded.
 
     Raises:
-        TargetError: a box outside its image, a mask that is not a PNG of its image's size or is missing,
-            a mask outside the root of an object-store index.
+        TargetError: a box outside its image, a mask that is not a PNG of its image's size or is missing.
         ConfigError: a packed (sharded) index: join the targets on the loose index, then pack it.
     """
     if index.shards is not None:
@@ -105,15 +105,10 @@ def join_targets(index, table: Mapping, num_classes: int = 2, binary: bool = Fal
         counts.append(len(t.labels))
         if t.mask is not None:
             mask_at = stores.join(base, t.mask)
-            mask_rel = relative(mask_at, root)
-            if remote and (mask_rel == ".." or mask_rel.startswith("../")):
-                raise TargetError(f"{mask_at}: the mask of {key!r} lies outside the index root {root}; on an object "
-                                  "store masks are listed and read through the index's root: keep them under it "
-                                  f"(e.g. {root}/masks/...)")
-            wanted.append((i, mask_rel, mask_at if remote else os.path.normpath(mask_at), key, hw))
+            wanted.append((i, relative(mask_at, root), mask_at if remote else os.path.normpath(mask_at), key, hw))
 
     def head(item):
-        return _mask_head(store, item[1], item[2])
+        return _mask_head(*stores.resolve(store, item[1]), item[2])  # a folder beside the root's: the store above
 
     with ThreadPoolExecutor(REMOTE_MIN_WORKERS if remote else 4) as pool:
         for (i, mask_rel, where, key, hw), (got, info) in zip(wanted, pool.map(head, wanted)):

@@ -14,8 +14,8 @@ a mask is read (decoding every mask at build time would cost what decoding the i
 
 The trade-off: the columns are flat (boxes of all samples in one ``[M, 4]`` array with offsets, mask
 paths in a :class:`~dali_backend.util.strings.StringTable`), as the images' are, so forked workers do
-not copy them page by page; a sample's boxes are a slice. On an object store the masks must lie
-under the index's root (a listing of the root checks them, and they are read through its store).
+not copy them page by page; a sample's boxes are a slice. On an object store a mask in a folder beside
+the images' (``../masks/...``) is read and listed through the store of the prefix above the root.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 
 from .. import targets as readers
 from ..errors import ConfigError, StorageError, TargetError
+from ..storage import stores
 from ..storage.local import LocalStore
 from ..storage.objects import ObjectChanged
 from ..util.strings import StringTable
@@ -133,7 +134,8 @@ class IndexTargets:
             return self._packed_bytes(reader, i, rel, size)
         if reader.bucket is not None:
             etag = (self.mask_etags[i] if self.mask_etags is not None else "") or None
-            store, where, version = reader.bucket, reader.bucket.url(rel), etag or f"size:{size}"
+            store, rel = stores.resolve(reader.bucket, rel)  # ../masks/...: the store of the prefix above
+            where, version = store.url(rel), etag or f"size:{size}"
         else:
             store, etag = LocalStore(reader.root), None
             where, version = os.path.normpath(os.path.join(reader.root, rel)), f"mtime:{int(self.mask_mtimes[i])}"
@@ -260,8 +262,19 @@ class IndexTargets:
         ETag from one listing); none for packed masks (their shards are checked as the images')."""
         if self.mask_members is not None:
             return []
-        return store.changed(self.masks, self.mask_sizes, self.mask_mtimes, self.mask_etags,
-                             np.flatnonzero(self.mask_sizes >= 0).tolist())
+        by_store: dict[int, tuple] = {}  # masks beside the images' folder are asked of the store above its root
+        for i in np.flatnonzero(self.mask_sizes >= 0).tolist():
+            held, rel = stores.resolve(store, self.masks[i])
+            _, rows, rels = by_store.setdefault(id(held), (held, [], []))
+            rows.append(i)
+            rels.append(rel)
+        out = []
+        for held, rows, rels in by_store.values():
+            etags = None if self.mask_etags is None else [self.mask_etags[i] for i in rows]
+            named = dict(zip(rels, (self.masks[i] for i in rows)))
+            out += [(named[rel], what) for rel, what in held.changed(rels, self.mask_sizes[rows], self.mask_mtimes[rows],
+                                                                      etags, range(len(rows)))]
+        return out
 
 
 def png_size(head: bytes, where: str) -> tuple[int, int]:

@@ -121,13 +121,22 @@ def parent(root: str) -> str:
     Raises:
         ConfigError: ``root`` is a bucket's top (``s3://bucket``), which has no parent.
     """
-    if not is_remote(root):
-        return os.path.dirname(os.path.abspath(root))
-    normal = normal_root(root)
-    if "/" not in normal.split("://", 1)[1]:
-        raise ConfigError(f"{root!r} is the top of its bucket: there is no folder above it; put the images and the "
-                          "masks in two folders under one prefix (s3://bucket/data/images, s3://bucket/data/masks)")
-    return normal.rsplit("/", 1)[0]
+    return urls.parent(normal_root(root)) if is_remote(root) else os.path.dirname(os.path.abspath(root))
+
+
+def resolve(store: Store, rel: str) -> tuple[Store, str]:
+    """``(store, path)`` that hold ``rel``, a path relative to ``store``'s root that may climb above it
+    (``../masks/x.png``: masks in a folder beside the images'): a folder's store as it is (the file system
+    reads ``..``), an object store's :meth:`~.objects.ObjectStore.above` for each ``../``, and the rest.
+
+    Raises:
+        ConfigError: ``rel`` climbs above a bucket's top.
+    """
+    if store.folder is not None:
+        return store, rel
+    parts = posixpath.normpath(rel).split("/")
+    up = next((k for k, p in enumerate(parts) if p != ".."), len(parts))
+    return (store.above(up) if up else store), "/".join(parts[up:])
 
 
 def _entry(url: str):

@@ -182,11 +182,35 @@ def test_update_of_an_s3_index_pairs_a_new_image_with_its_mask(s3, mvtec_root):
         new.update()  # a changed mask is checked again
 
 
-def test_a_mask_outside_an_s3_root_is_refused_with_the_fix(s3, mvtec_url):
-    index = SampleIndex.from_folder(f"{mvtec_url}/plate", split="test")
-    table = {"test/stain/000.png": ImageTargets(mask="../elsewhere/000_mask.png")}
-    with pytest.raises(TargetError, match="lies outside the index root .* keep them under it"):
-        index.with_targets(table)
+def seg_folders(root):
+    """``images/<cls>/<i>.png`` and their masks in a folder beside them, ``masks/<cls>/<i>_mask.png`` (ids 0..2)."""
+    for cls in ("ok", "bad"):
+        for i in range(3):
+            img, mask = np.full((40, 48, 3), 60 + 20 * i, np.uint8), np.zeros((40, 48), np.uint8)
+            img[8:20, 4 + i:30] = (30, 30, 220)
+            mask[8:20, 4 + i:30] = 2 if cls == "bad" else 1
+            for part, array, name in (("images", img, f"{i}.png"), ("masks", mask, f"{i}_mask.png")):
+                (root / part / cls).mkdir(parents=True, exist_ok=True)
+                cv2.imwrite(str(root / part / cls / name), array)
+    return root
+
+
+def test_masks_in_a_folder_beside_the_images_on_s3_read_through_the_prefix_above(s3, tmp_path):
+    from dali_backend.targets import suffix_masks
+
+    local = seg_folders(tmp_path / "seg")
+    url = upload(s3, local, "seg-beside")  # s3://seg-beside/{images,masks}: the masks' prefix is the bucket's top
+    want = SampleIndex.from_folder(local / "images").with_targets(suffix_masks(local / "images", local / "masks"),
+                                                                  num_classes=3)
+    got = SampleIndex.from_folder(f"{url}/images").with_targets(suffix_masks(f"{url}/images", f"{url}/masks"),
+                                                                num_classes=3)
+    assert got.annotations.mask_path(0) == want.annotations.mask_path(0) == "../masks/bad/0_mask.png"
+    assert all(got.annotations.mask_etags[i] for i in range(len(got)))
+    assert_same(batches(want, "torch"), batches(got, "torch"))
+    assert got.changed_files() == []
+    data = (local / "masks" / "ok" / "1_mask.png").read_bytes()
+    put(s3, f"{url}/masks/ok/1_mask.png", data[:-20] + bytes([data[-20] ^ 1]) + data[-19:])
+    assert [(p, w.split(" (")[0]) for p, w in got.changed_files()] == [("../masks/ok/1_mask.png", "overwritten")]
 
 
 # ------------------------------------------------------------------------------------------ shards
