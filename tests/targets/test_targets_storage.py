@@ -298,3 +298,14 @@ def test_a_local_mask_rewritten_after_indexing_is_refused_when_read_not_used(tmp
     ds = ImageDataset(index, AugmentSpec(ops=[T.Resize((24, 32))], color="rgb"))
     with pytest.raises(TargetError, match=rf"{path}: the mask changed since indexing \(size \d+ -> \d+ bytes\)"):
         ds.move_targets(i, ds.spec.make_params(0, 0, i, (48, 64)), (48, 64))
+
+
+def test_the_pack_command_packs_an_index_with_its_masks(mvtec_root, tmp_path, capsys):
+    from tests.helpers import run_cli
+
+    index = SampleIndex.from_mvtec(mvtec_root, "plate", "test")
+    index.save(tmp_path / "i.npz")
+    rc, out, err = run_cli(["pack", str(tmp_path / "i.npz"), "--out", str(tmp_path / "p")], capsys)
+    assert rc == 0, err
+    packed = SampleIndex.load(tmp_path / "p" / "index.npz")
+    assert int((packed.annotations.mask_members >= 0).sum()) == int((index.annotations.mask_sizes >= 0).sum()) > 0
