@@ -104,14 +104,15 @@ def join_targets(index, table: Mapping, num_classes: int = 2, binary: bool = Fal
         labels.append(t.labels)
         counts.append(len(t.labels))
         if t.mask is not None:
-            mask_at = stores.join(base, t.mask)
-            wanted.append((i, relative(mask_at, root), mask_at if remote else os.path.normpath(mask_at), key, hw))
+            wanted.append((i, relative(stores.join(base, t.mask), root), key, hw))
 
     def head(item):
-        return _mask_head(*stores.resolve(store, item[1]), item[2])  # a folder beside the root's: the store above
+        held, rel = stores.resolve(store, item[1])  # a folder beside the root's: the store of the prefix above
+        where = held.url(rel) if remote else os.path.normpath(held.url(rel))
+        return _mask_head(held, rel, where) + (where,)
 
     with ThreadPoolExecutor(REMOTE_MIN_WORKERS if remote else 4) as pool:
-        for (i, mask_rel, where, key, hw), (got, info) in zip(wanted, pool.map(head, wanted)):
+        for (i, mask_rel, key, hw), (got, info, where) in zip(wanted, pool.map(head, wanted)):
             if got != hw:
                 raise TargetError(f"{where}: the mask is {got[1]}x{got[0]} (width x height), its image {key!r} "
                                   f"{hw[1]}x{hw[0]}; masks must be the size of their image (resize it by nearest "
