@@ -212,6 +212,27 @@ def test_masks_in_a_folder_beside_the_images_on_s3_read_through_the_prefix_above
     assert [(p, w.split(" (")[0]) for p, w in got.changed_files()] == [("../masks/ok/1_mask.png", "overwritten")]
 
 
+def test_a_coco_file_in_a_bucket_indexes_the_bucket_with_its_boxes(s3, tmp_path):
+    from dali_backend.core.defects import generate_detection
+    from dali_backend.targets import read_box_csv, read_coco
+
+    local = tmp_path / "det"
+    path = generate_detection(local, n=4, size=(64, 48))
+    url = upload(s3, local, "coco-boxes")
+    want = SampleIndex.from_annotations(local, read_coco(path, local))
+    table = read_coco(f"{url}/annotations.json", url)  # the file and the images' existence: from the bucket
+    got = SampleIndex.from_annotations(url, table)
+    assert table.recipe[0]["args"]["path"] == f"{url}/annotations.json" and list(got.paths) == list(want.paths)
+    assert np.array_equal(got.annotations.boxes, want.annotations.boxes)
+    assert_same(batches(want, "torch"), batches(got, "torch"))
+    rows = "path,x1,y1,x2,y2,label\nimages/000.png,1,2,10,12,3\nimages/404.png,1,2,10,12,3\n"
+    put(s3, f"{url}/boxes.csv", rows.encode())
+    with pytest.raises(TargetError, match=r"boxes.csv line 3: names 'images/404.png', which is not a file under s3://"):
+        read_box_csv(f"{url}/boxes.csv", url)
+    with pytest.raises(TargetError, match="nothing.json: the annotation file cannot be read"):
+        read_coco(f"{url}/nothing.json")
+
+
 # ------------------------------------------------------------------------------------------ shards
 @pytest.fixture(scope="module")
 def det_index(tmp_path_factory):
