@@ -221,7 +221,7 @@ class ImageDataset(Dataset):
         decoded (h, w)): ``{"mask": uint8 [1, H, W] or None, "boxes": float32 [N, 4], "box_labels":
         int64 [N], "dropped": int}`` (boxes None when the index has none)."""
         t = self.index.annotations
-        mask = t.read_mask(self.index.root, served, size) if "masks" in t.kinds else None
+        mask = t.read_mask(self.reader, served, size) if "masks" in t.kinds else None
         boxes = None
         if "boxes" in t.kinds:
             xyxy, labels = t.boxes_of(served)

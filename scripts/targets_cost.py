@@ -19,6 +19,26 @@ import warnings
 from pathlib import Path
 
 
+def arguments(description: str) -> argparse.ArgumentParser:
+    """The options both cost scripts take (this one and ``targets_remote_cost.py``)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--images", type=int, default=96, help="images per set (default 96)")
+    ap.add_argument("--size", type=int, nargs=2, default=(320, 256), metavar=("W", "H"))
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--backends", nargs="+", default=["torch", "dali"])
+    return ap
+
+
+def mvtec_set(folder: Path, images: int, size) -> Path:
+    """One synthetic MVTec AD category under ``folder``: ``images`` test images, a third good, and its masks."""
+    from dali_backend.core.defects import generate_mvtec
+
+    per_kind = max(1, images // 3)
+    return generate_mvtec(folder, n_train=1, n_good=images - 2 * per_kind, n_defect=per_kind, size=tuple(size))
+
+
 def per_sample(masks, boxes, spec, repeats: int = 5) -> None:
     """The fallback's cost per sample in this process, on one torch thread as in a loader worker (best of
     ``repeats`` over the set, ms): a sample's
@@ -41,16 +61,17 @@ def per_sample(masks, boxes, spec, repeats: int = 5) -> None:
     torch.set_num_threads(1)  # as in a DataLoader worker: the resize's torch.mm on one thread
 
     ds = ImageDataset(masks, spec)
+    reader = ds.reader
     t = masks.annotations
     with_mask = [i for i in range(len(masks)) if t.mask_path(i) is not None]
     size = {i: (int(masks.heights[i]), int(masks.widths[i])) for i in range(len(masks))}
     params = {i: spec.make_params(0, 0, i, size[i]) for i in with_mask}
-    read = {i: t.read_mask(masks.root, i, size[i]) for i in with_mask}
+    read = {i: t.read_mask(reader, i, size[i]) for i in with_mask}
     out = spec.transforms[0].size
     mx, my = (a.astype(np.float32) for a in np.meshgrid(np.arange(out[1], dtype=np.float32),
                                                         np.arange(out[0], dtype=np.float32)))
     image_ms = best(lambda i: ds.load_draw_with_params(i), with_mask)
-    read_ms = best(lambda i: t.read_mask(masks.root, i, size[i]), with_mask)
+    read_ms = best(lambda i: t.read_mask(reader, i, size[i]), with_mask)
     kernel_ms = best(lambda i: move_targets(spec.transforms, params[i], read[i]), with_mask)
     nearest_ms = best(lambda i: cv2.remap(read[i], mx, my, cv2.INTER_NEAREST), with_mask)
     b = boxes.annotations
@@ -67,22 +88,13 @@ def per_sample(masks, boxes, spec, repeats: int = 5) -> None:
 def main() -> None:
     from dali_backend import AugmentSpec, DaliLoader, ImageDataset, SampleIndex
     from dali_backend import transforms as T
-    from dali_backend.core.defects import generate_detection, generate_mvtec
+    from dali_backend.core.defects import generate_detection
     from dali_backend.targets import read_coco
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--images", type=int, default=96, help="images per set (default 96)")
-    ap.add_argument("--size", type=int, nargs=2, default=(320, 256), metavar=("W", "H"))
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--backends", nargs="+", default=["torch", "dali"])
-    args = ap.parse_args()
+    args = arguments(__doc__.splitlines()[0]).parse_args()
     warnings.simplefilter("ignore")
     tmp = Path(tempfile.mkdtemp(prefix="targets-cost-"))
-    per_kind = max(1, args.images // 3)
-    root = generate_mvtec(tmp / "mvtec", n_train=1, n_good=args.images - 2 * per_kind, n_defect=per_kind,
-                          size=tuple(args.size))
+    root = mvtec_set(tmp / "mvtec", args.images, args.size)
     masks = SampleIndex.from_mvtec(root, "plate", "test")
     det = tmp / "det"
     boxes = SampleIndex.from_annotations(det, read_coco(generate_detection(det, n=args.images, size=tuple(args.size)), det))

@@ -214,7 +214,7 @@ def cmd_preview(args) -> int:
         label = f"{index.classes[index.labels[d.index]]}  {index.paths[d.index]}"
         if targets is not None:  # the file's targets on the original, the moved ones on each output
             moved = ds.move_targets(d.index, params, orig.shape[:2])
-            mask = targets.read_mask(index.root, d.index, orig.shape[:2]) if "masks" in targets.kinds else None
+            mask = targets.read_mask(ds.reader, d.index, orig.shape[:2]) if "masks" in targets.kinds else None
             tiles = [letterbox_tile(overlay_targets(shown, mask, targets.boxes_of(d.index)[0], thick), tw, th),
                      overlay_targets(tiles[1], None if mask is None else moved["mask"][0], moved["boxes"])]
             if moved["boxes"] is not None:

@@ -218,13 +218,17 @@ class SampleReader:
         self.frames = frames  # (widths, heights) of the indexed frame headers: a served one must match
         self.refused: dict[int, str] = {}
         self._shard_etags: dict[int, str] = {}  # a bucket's shards: the ETag first served, where none was listed
+        # fetched ahead with each sample (a URL root): ``fetch_with(reader, i)``, its mask file's bytes for an
+        # index with masks (IndexTargets.mask_ahead), taken by fetched_with
+        self.fetch_with: Callable | None = None
         self._ahead_pid: int | None = None
         self._pool = None
         self._ahead: dict = {}
+        self._with: dict = {}
 
     def __getstate__(self):  # spawned workers: never the fetching threads or their results
         state = self.__dict__.copy()
-        state.update(_ahead_pid=None, _pool=None, _ahead={})
+        state.update(_ahead_pid=None, _pool=None, _ahead={}, _with={})
         return state
 
     def prefetch(self, indices) -> None:
@@ -238,9 +242,13 @@ class SampleReader:
         if self._ahead_pid != pid:  # threads do not survive a fork: new ones, and nothing of the parent's
             from concurrent.futures import ThreadPoolExecutor
 
-            self._pool, self._ahead, self._ahead_pid = ThreadPoolExecutor(PREFETCH_THREADS), {}, pid
+            self._pool, self._ahead, self._with, self._ahead_pid = ThreadPoolExecutor(PREFETCH_THREADS), {}, {}, pid
         for i in indices:
             i = int(i)
+            if self.fetch_with is not None and i not in self._with and i not in self.refused:
+                self._with[i] = self._pool.submit(self.fetch_with, self, i)
+                while len(self._with) > MAX_PREFETCHED:
+                    self._with.pop(next(iter(self._with)))
             if i in self._ahead or i in self.refused or (self.cache is not None and self.cache.present[i]):
                 continue
             self._ahead[i] = self._pool.submit(self._fetch, i)
@@ -252,6 +260,12 @@ class SampleReader:
         future = self._ahead.pop(i, None) if self._ahead_pid == os.getpid() else None
         return future.result() if future is not None else self._fetch(i)
 
+    def fetched_with(self, i: int, fetch: Callable[[], T]) -> T:
+        """``fetch_with(self, i)``'s result from a prefetch started earlier in this process (its exception
+        raised here), or ``fetch()`` now."""
+        future = self._with.pop(i, None) if self._ahead_pid == os.getpid() else None
+        return future.result() if future is not None else fetch()
+
     @classmethod
     def for_index(cls, index, seed: int, cache: bool = False, cache_dir: str | os.PathLike | None = None,
                   cache_limit_bytes: int | None = None) -> SampleReader:
@@ -260,6 +274,8 @@ class SampleReader:
             raise ConfigError("cache_limit_bytes bounds the disk cache: pass cache_dir= too (a folder on a local disk)")
         reader = cls(index.root, index.paths.data, index.paths.offsets, index.labels, index.sizes, seed, None,
                      index.bucket(), index.etags, index.mtimes, disk, index.shards, (index.widths, index.heights))
+        if index.annotations is not None and "masks" in index.annotations.kinds:
+            reader.fetch_with = index.annotations.mask_ahead  # a mask's GET rides with its image's
         if cache:
             fetch = None
             if reader.bucket is not None or reader.shards is not None:
@@ -304,7 +320,7 @@ class SampleReader:
                 shard = self.shards.names[self.shards.ids[i]]
                 start, size = int(self.shards.offsets[i]), int(self.sizes[i])
                 if self.bucket is not None:
-                    data = self._shard_range(int(self.shards.ids[i]), start, size)
+                    data = self.shard_range(int(self.shards.ids[i]), start, size)
                 else:
                     data = read_range(os.path.join(self.root, shard), start, size)
             elif self.bucket is not None:
@@ -323,7 +339,7 @@ class SampleReader:
             self.disk.put(name, version, bytes(data))
         return data, None
 
-    def _shard_range(self, sid: int, start: int, size: int) -> bytes:
+    def shard_range(self, sid: int, start: int, size: int) -> bytes:
         """``size`` bytes of shard ``sid`` in the bucket, conditional on its ETag: the one listed when the
         index was loaded, else the first this process was served (so a shard rewritten meanwhile is
         :class:`~dali_backend.storage.client.ObjectChanged`)."""

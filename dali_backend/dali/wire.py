@@ -321,7 +321,7 @@ class DrawSource:
             return [], None
         arrays = []
         if "masks" in t.kinds:
-            mask = np.zeros(size, np.uint8) if served is None else t.read_mask(self.reader.root, served, size)
+            mask = np.zeros(size, np.uint8) if served is None else t.read_mask(self.reader, served, size)
             arrays = [mask[:, :, None]] + mask_wire(self.spec, p, size)
         boxes = None
         if "boxes" in t.kinds and served is not None:

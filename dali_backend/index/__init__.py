@@ -17,7 +17,8 @@ depth), :mod:`.core` (:class:`SampleIndex`), :mod:`.persist` (index files: save,
 
 from __future__ import annotations
 
-from .core import SampleIndex, split_keys
+from .core import SampleIndex
+from .splitkeys import split_keys
 from .options import FORMAT_NAME, FORMAT_VERSION, INDEX_CLI_FLAGS, JPEG_EXTENSIONS, Verify, command_line
 from .store import check_output_path, write_atomic
 from .verify import decode_check  # noqa: F401  (tests call it directly)

@@ -3,7 +3,6 @@ in :mod:`.build`), deriving, checking and saving it."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,14 +22,16 @@ from .indexers import indexer_of
 from .kinds import BEFORE, checked_fields
 from .persist import fingerprint_of, load_index, save_index
 from .shards import Shards
-from .targets import IndexTargets, TargetsMixin
+from . import targetbuild
+from .splitkeys import split_keys
+from .targets import IndexTargets
 from .update import check_source, source_of
 from .walk import Rejected, Candidates, count_text
 
 log = logging.getLogger("dali_backend")
 
 
-class SampleIndex(TargetsMixin):
+class SampleIndex:
     """An immutable list of (file, label) samples under one root folder or object-storage URL.
 
     Build it with :meth:`from_folder`, :meth:`from_manifest` or :meth:`from_keywords`; save it with
@@ -111,7 +112,7 @@ class SampleIndex(TargetsMixin):
         sa(self, "storage_options", dict(storage_options) if storage_options else None)
         sa(self, "shards", shards)
         sa(self, "annotations", annotations)
-        sa(self, "fingerprint", self._compute_fingerprint())
+        sa(self, "fingerprint", fingerprint_of(self))
         sa(self, "source", check_source(source))
         for name, value in zip(("format_ids", "format_names", "bit_depths"), kinds):
             sa(self, name, value)
@@ -197,15 +198,8 @@ class SampleIndex(TargetsMixin):
         """
         return summary_text(self)
 
-    def _headline(self, listed_below: bool = False) -> str:
-        """One line: counts per class, rejected files by kind with a few examples, ignored files by kind."""
-        return headline(self, listed_below)
-
     def __repr__(self) -> str:
         return f"<SampleIndex n={len(self)} classes={list(self.classes)} rejected={len(self.rejected)} root={self.root!r}>"
-
-    def _compute_fingerprint(self) -> str:
-        return fingerprint_of(self)
 
     # ----------------------------------------------------------------------------------- builders
     @classmethod
@@ -332,6 +326,21 @@ class SampleIndex(TargetsMixin):
         return index if targets is None else index.with_targets(targets)
 
     @classmethod
+    def from_mvtec(cls, root: str | os.PathLike, category: str, split: str = "test", **options) -> SampleIndex:
+        """One MVTec AD category's split with its masks (a folder or an ``s3://`` URL): :func:`.targetbuild.from_mvtec`."""
+        return targetbuild.from_mvtec(cls, root, category, split, **options)
+
+    @classmethod
+    def from_annotations(cls, root: str | os.PathLike, targets: Mapping, **options) -> SampleIndex:
+        """The images a box table names, with their boxes, no class folders: :func:`.targetbuild.from_annotations`."""
+        return targetbuild.from_annotations(cls, root, targets, **options)
+
+    def with_targets(self, targets: Mapping, num_classes: int = 2, binary: bool = False) -> SampleIndex:
+        """This index with each sample's mask file and boxes from a reader's table (saved, checked, cached, packed and
+        updated like the images; ``num_classes``, ``binary`` of the masks): :func:`.targetbuild.join_targets`."""
+        return targetbuild.with_targets(self, targets, num_classes, binary)
+
+    @classmethod
     def _checked(cls, how, built: tuple, verify: Verify, max_pixels: int, workers: int, progress: bool | None,
                  source: dict) -> SampleIndex:
         """The index of the candidates ``built`` by the indexer ``how`` (:mod:`.indexers`), once checked."""
@@ -346,7 +355,7 @@ class SampleIndex(TargetsMixin):
         index = cls(root, StringTable.from_strings(cand.paths[i] for i in keep), np.asarray(cand.labels, np.int64)[keep],
                     classes, cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], rejected, cand.ignored,
                     sorted(cand.ignored_files, key=lambda r: r.path), **extra)
-        log.info("%s", index._headline())
+        log.info("%s", headline(index))
         warn_losses(index)  # files rejected or of another extension, per class (issue 34: nothing lost silently)
         empty = [c for c, k in zip(index.classes, index.class_counts()) if k == 0]
         if empty:
@@ -433,7 +442,7 @@ class SampleIndex(TargetsMixin):
         """
         if self.shards is not None:  # packed: the shards are the files
             return self.shards.changed(self.root, self.bucket())
-        masks = [] if self.annotations is None else self.annotations.changed(self.root)
+        masks = [] if self.annotations is None else self.annotations.changed(self.store)
         return self.store.changed(self._paths, self.sizes, self.mtimes, self.etags,
                                   range(len(self)) if positions is None else positions) + masks
 
@@ -489,12 +498,3 @@ def _restore_index(values: tuple) -> SampleIndex:
             value.flags.writeable = False
         object.__setattr__(index, name, value)
     return index
-
-
-def split_keys(paths: Iterable[str], seed: int) -> NDArray[np.float64]:
-    """A uniform number in [0, 1) per path, a pure function of (seed, path)."""
-    prefix = f"{int(seed)}\0".encode()
-    return np.array([int.from_bytes(hashlib.blake2b(prefix + p.encode("utf-8", "surrogateescape"), digest_size=8).digest(), "little")
-                     for p in paths], dtype=np.float64) / 2.0**64
-
-

@@ -114,7 +114,8 @@ _OPTIONAL_ARRAYS = {"etag_data": np.uint8, "etag_offsets": np.int64, "shard_ids"
                     "format_ids": np.uint8, "bit_depths": np.uint8,
                     "target_mask_data": np.uint8, "target_mask_offsets": np.int64, "target_mask_sizes": np.int64,
                     "target_mask_mtimes": np.int64, "target_box_offsets": np.int64, "target_boxes": np.float32,
-                    "target_box_labels": np.int64}
+                    "target_box_labels": np.int64, "target_mask_etag_data": np.uint8,
+                    "target_mask_etag_offsets": np.int64, "target_mask_members": np.int64}
 
 
 # Inflated, a saved index's arrays together may hold at most this many times the file's size (save()

@@ -37,8 +37,8 @@ from ..errors import ConfigError, IndexBuildError
 from ..formats.jpeg import DEFAULT_MAX_PIXELS
 from ..util.strings import StringTable
 from .indexers import indexer_of
-from .report import nothing_indexed
-from .targets import again as targets_again
+from .report import headline, nothing_indexed
+from .targetbuild import again as targets_again
 from .walk import Rejected
 
 log = logging.getLogger("dali_backend")
@@ -118,7 +118,7 @@ def update_index(index, *, workers: int = 8, progress: bool | None = None) -> tu
     rechecked = int((read[kept] & (old[kept] >= 0)).sum())
     report = UpdateReport(unchanged=present - rechecked, added=len(kept) - present, rechecked=rechecked,
                           removed=len(index) - present, new_classes=tuple(classes[len(old_classes):]))
-    log.info("%s", new._headline())
+    log.info("%s", headline(new))
     log.info("index updated: %s", report)
     return new, report
 

@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import StorageError
+from . import urls
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,22 @@ class ObjectStore:
 
     def list(self, sub: str = "") -> Iterator[ObjectInfo]:  # pragma: no cover - each store lists its objects
         raise NotImplementedError
+
+    def above(self, levels: int) -> ObjectStore:
+        """The store of the prefix ``levels`` folders above this root, with the same settings (built as
+        ``type(self)(url, options)``, once per level: a bucket's client is made once): what reads a mask
+        kept in a folder beside the images' (:func:`~.stores.resolve`).
+
+        Raises:
+            ConfigError: there are not that many folders above the root (a bucket's top).
+        """
+        held = vars(self).setdefault("_above", {})
+        if levels not in held:
+            url = self.root
+            for _ in range(levels):
+                url = urls.parent(url)
+            held[levels] = type(self)(url, getattr(self, "options", None))
+        return held[levels]
 
     def exists(self) -> bool:
         """Whether the root is there: not asked of the store (a listing of a missing prefix is empty)."""

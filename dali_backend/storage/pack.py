@@ -10,6 +10,14 @@ index order, ``<key>.<ext>`` (the file's bytes, unchanged; ``ext`` the first ext
 path, label, size, frame size, format and bit depth, so :meth:`SampleIndex.split`, ``on_error`` replacements and error
 messages behave as before, and decoding a packed sample gives the same pixels as the loose file.
 
+An index with targets travels whole: each sample's mask file follows its image in the same shard as
+``<key>.mask.png`` (its bytes unchanged; the packed index records its offset, and a read checks the tar
+header before it, so a shard without that member is a :class:`TargetError` naming it), and where the
+index has boxes, ``<key>.json`` (``{"boxes": [[x1, y1, x2, y2], ...], "labels": [...]}``, XYXY pixels).
+The boxes stay in the index's columns, which the loaders read (no member is parsed at run time); the
+JSON member is there so that WebDataset tools and DALI's ``readers.webdataset(ext=["jpg", "json"])``
+see them too, at a few dozen bytes per sample.
+
 Every sample is read through the checked reader first: a file that changed since indexing is a
 :class:`BadImageError` naming it, never packed. Each shard is written atomically (temporary file and
 rename), then the index (``DIR/index.npz``) last: a pack interrupted leaves no index pointing at
@@ -21,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import tarfile
 from pathlib import Path
@@ -30,6 +39,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..index import SampleIndex, write_atomic
 from ..index.shards import Shards
+from ..index.targets import MASK_MEMBER, IndexTargets
 from ..core.reading import SampleReader
 from ..formats.registry import sniff
 from ..util.strings import StringTable
@@ -44,6 +54,30 @@ def _member(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
+def _add_targets(tar: tarfile.TarFile, key: str, targets: IndexTargets, reader: SampleReader, i: int,
+                 size: tuple[int, int]) -> int:
+    """Sample ``i``'s targets as members after its image: its mask file's bytes as ``<key>.mask.png`` (read
+    and checked as at run time) and, where the index has boxes, ``<key>.json``; the mask's offset (-1: none)."""
+    at = -1
+    if targets.mask_path(i) is not None:
+        data, where = targets.mask_bytes(reader, i)
+        targets.decoded_mask(data, where, size)  # a bad mask is refused here, never packed
+        tar.addfile(_member(key + MASK_MEMBER, len(data)), io.BytesIO(data))
+        at = tar.offset - -(-len(data) // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+    if "boxes" in targets.kinds:
+        xyxy, labels = targets.boxes_of(i)
+        note = json.dumps({"boxes": xyxy.tolist(), "labels": labels.tolist()}).encode()
+        tar.addfile(_member(f"{key}.json", len(note)), io.BytesIO(note))
+    return at
+
+
+def packed_targets(targets: IndexTargets, members: np.ndarray) -> IndexTargets:
+    """The targets of a packed index: the same columns, each mask found at ``members`` in its sample's shard."""
+    return IndexTargets(StringTable(targets.masks.data, targets.masks.offsets), targets.mask_sizes, targets.mask_mtimes,
+                        targets.box_offsets, targets.boxes, targets.box_labels, targets.num_classes, targets.binary,
+                        None, targets.kinds, None, members)
+
+
 def pack(index: SampleIndex, out: str | os.PathLike, shard_bytes: int = DEFAULT_SHARD_BYTES) -> SampleIndex:
     """Write ``index``'s samples into tar shards under the folder ``out`` and save the packed index as
     ``out/index.npz``; returns it (its root is ``out``; upload the folder and load the index with
@@ -56,15 +90,13 @@ def pack(index: SampleIndex, out: str | os.PathLike, shard_bytes: int = DEFAULT_
 
     Raises:
         BadImageError: a sample cannot be read or fails the run-time checks (named).
-        ConfigError: ``shard_bytes`` is not positive, or the index carries targets (not supported yet).
+        ConfigError: ``shard_bytes`` is not positive.
+        TargetError: a mask is missing, changed since indexing or fails its checks (named).
         OutputFileError: a shard or the index cannot be written.
     """
     if isinstance(shard_bytes, bool) or not isinstance(shard_bytes, int) or shard_bytes <= 0:
         raise ConfigError(f"shard_bytes={shard_bytes!r}; must be a positive number of bytes (default "
                           f"{DEFAULT_SHARD_BYTES})")
-    if index.annotations is not None:  # the masks would have to travel in the shards: not yet
-        raise ConfigError(f"pack: the index of {index.root} carries targets (masks or boxes); packing them into "
-                          "shards is not supported yet: train from the loose files, or pack an index without targets")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     reader = SampleReader.for_index(index, seed=0)
@@ -75,6 +107,8 @@ def pack(index: SampleIndex, out: str | os.PathLike, shard_bytes: int = DEFAULT_
     sizes: list[int] = []
     mtimes: list[int] = []
     digests: list[str] = []
+    targets = index.annotations
+    members = np.full(n, -1, np.int64)  # each packed mask's offset in its sample's shard
     start = 0
     while start < n:
         sid = len(names)
@@ -90,6 +124,8 @@ def pack(index: SampleIndex, out: str | os.PathLike, shard_bytes: int = DEFAULT_
                 ids[i], offsets[i] = sid, tar.offset - -(-len(data) // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
                 label = str(int(index.labels[i])).encode()
                 tar.addfile(_member(f"{key}.cls", len(label)), io.BytesIO(label))
+                if targets is not None:
+                    members[i] = _add_targets(tar, key, targets, reader, i, (int(index.heights[i]), int(index.widths[i])))
                 held += len(data)
                 i += 1
         blob = buf.getvalue()
@@ -103,6 +139,7 @@ def pack(index: SampleIndex, out: str | os.PathLike, shard_bytes: int = DEFAULT_
                          index.sizes, index.mtimes, index.widths, index.heights, index.rejected, index.ignored,
                          index.ignored_files, shards=Shards(tuple(names), tuple(sizes), ids, offsets, tuple(mtimes),
                                                                tuple(digests)),
-                         format_ids=index.format_ids, format_names=index.format_names, bit_depths=index.bit_depths)
+                         format_ids=index.format_ids, format_names=index.format_names, bit_depths=index.bit_depths,
+                         annotations=None if targets is None else packed_targets(targets, members))
     packed.save(out / INDEX_NAME)
     return packed

@@ -16,6 +16,7 @@ comes with the first request).
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -94,6 +95,48 @@ def url_root(text: str) -> str | None:
         ConfigError: a URL of no registered scheme (the message names the supported ones).
     """
     return normal_root(text) if is_remote(text) else None
+
+
+def join(root: str, rel: str) -> str:
+    """The path (or URL) of ``rel`` (``/``-separated) under the data root ``root``: a folder or a store's URL."""
+    return urls.join(root, rel) if is_remote(root) else os.path.join(root, rel)
+
+
+def relative(path: str, start: str) -> str | None:
+    """``path`` relative to ``start`` (``/``-separated; ``../`` where it lies above it), both folders or both
+    URLs of one store and bucket; None where they are not (a URL and a folder, two buckets)."""
+    if not (is_remote(path) or is_remote(start)):
+        return os.path.relpath(path, start).replace(os.sep, "/")
+    if not (is_remote(path) and is_remote(start)):
+        return None
+    (sa, pa), (sb, pb) = path.split("://", 1), start.split("://", 1)
+    if sa.lower() != sb.lower() or pa.split("/", 1)[0] != pb.split("/", 1)[0]:
+        return None
+    return posixpath.relpath(pa, pb)
+
+
+def parent(root: str) -> str:
+    """The folder (or URL) that holds the data root ``root``.
+
+    Raises:
+        ConfigError: ``root`` is a bucket's top (``s3://bucket``), which has no parent.
+    """
+    return urls.parent(normal_root(root)) if is_remote(root) else os.path.dirname(os.path.abspath(root))
+
+
+def resolve(store: Store, rel: str) -> tuple[Store, str]:
+    """``(store, path)`` that hold ``rel``, a path relative to ``store``'s root that may climb above it
+    (``../masks/x.png``: masks in a folder beside the images'): a folder's store as it is (the file system
+    reads ``..``), an object store's :meth:`~.objects.ObjectStore.above` for each ``../``, and the rest.
+
+    Raises:
+        ConfigError: ``rel`` climbs above a bucket's top.
+    """
+    if store.folder is not None:
+        return store, rel
+    parts = posixpath.normpath(rel).split("/")
+    up = next((k for k, p in enumerate(parts) if p != ".."), len(parts))
+    return (store.above(up) if up else store), "/".join(parts[up:])
 
 
 def _entry(url: str):

@@ -68,6 +68,19 @@ def join(root: str, rel: str) -> str:
     return root + "/" + rel if rel else root
 
 
+def parent(url: str) -> str:
+    """The URL of the folder holding the URL root ``url`` (``s3://b/x/y`` -> ``s3://b/x``).
+
+    Raises:
+        ConfigError: ``url`` is a bucket's top (``s3://bucket``), which has no parent.
+    """
+    scheme, rest = url.rstrip("/").split("://", 1)
+    if "/" not in rest:
+        raise ConfigError(f"{url!r} is the top of its bucket: there is no folder above it; put the images and the "
+                          "masks in two folders under one prefix (s3://bucket/data/images, s3://bucket/data/masks)")
+    return f"{scheme}://{rest.rsplit('/', 1)[0]}"
+
+
 def key(prefix: str, rel: str) -> str:
     """The object key of ``rel`` under the key ``prefix``."""
     return f"{prefix}/{rel}" if prefix and rel else prefix or rel

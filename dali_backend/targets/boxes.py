@@ -12,6 +12,7 @@ names map to ids by ``classes`` (a list: the position is the id; default the sor
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import TargetError
-from .records import ImageTargets, Size, check_boxes, existing, recorded
+from .records import ImageTargets, Size, check_boxes, existing, read_text, recorded
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 
@@ -63,19 +64,21 @@ def header_size(path: Path) -> Size:
 
 
 @recorded("root")
-def read_coco(path: str | Path, root: str | Path | None = None) -> dict[str, ImageTargets]:
+def read_coco(path: str | Path, root: str | Path | None = None,
+              storage_options: Mapping | None = None) -> dict[str, ImageTargets]:
     """A COCO detection file: ``images`` (``id``, ``file_name``, ``width``, ``height``) and ``annotations``
     (``image_id``, ``bbox`` = ``[x, y, w, h]``, ``category_id``). An image without annotations gets no
-    boxes. ``root``: the folder ``file_name`` is relative to (checked to exist when given).
+    boxes. ``root``: the folder ``file_name`` is relative to (checked to exist when given). ``path`` and
+    ``root`` may be ``s3://`` URLs (one GET, one listing; ``storage_options`` as the index's, never recorded).
 
     Raises:
         TargetError: unparsable JSON (line and column), a missing or wrong field (named by its place,
             ``annotations[3].bbox``), a box outside its image or of negative size, an annotation of an
             unknown image, a file that does not exist, one file named by two image entries.
     """
-    path = Path(path)
+    check = existing(root, storage_options)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path, storage_options))
     except json.JSONDecodeError as e:
         raise TargetError(f"{path} line {e.lineno} column {e.colno}: not valid JSON ({e.msg}); fix or re-export "
                           "the COCO file") from None
@@ -97,7 +100,7 @@ def read_coco(path: str | Path, root: str | Path | None = None) -> dict[str, Ima
                 int(_number(field_of(img, "width", where), f"{path} {where}", "width")))
         if rel in names:
             raise TargetError(f"{path} {where}: file_name {rel!r} is also images[{names[rel]}]; one entry per file")
-        existing(None if root is None else Path(root), rel, f"{path} {where}")
+        check(rel, f"{path} {where}")
         images[image_id], sizes[image_id], names[rel] = rel, size, k
     rows: dict[str, list] = {rel: [] for rel in images.values()}
     for k, ann in enumerate(field_of(data, "annotations", "(top level)") or []):
@@ -184,6 +187,7 @@ def read_voc(folder: str | Path, root: str | Path | None = None,
     """
     import xml.etree.ElementTree as ET
 
+    check = existing(root)
     parsed = []
     for xml in sorted(Path(folder).rglob("*.xml")):
         try:
@@ -203,7 +207,7 @@ def read_voc(folder: str | Path, root: str | Path | None = None,
     rows: dict[str, list] = {}
     for xml, node in parsed:
         rel = text(node, "filename", xml)
-        existing(None if root is None else Path(root), rel, str(xml))
+        check(rel, str(xml))
         size = node.find("size")
         if size is None:
             raise TargetError(f"{xml}: no <size> in <annotation>; a VOC annotation needs width and height")
@@ -231,18 +235,18 @@ CSV_COLUMNS = ("path", "x1", "y1", "x2", "y2", "label")
 @recorded("root")
 def read_box_csv(path: str | Path, root: str | Path | None = None, classes: Sequence[str] | None = None,
                  image_sizes: Mapping[str, Size] | None = None,
-                 columns: Sequence[str] = CSV_COLUMNS) -> dict[str, ImageTargets]:
+                 columns: Sequence[str] = CSV_COLUMNS, storage_options: Mapping | None = None) -> dict[str, ImageTargets]:
     """A CSV with a header and one row per box: ``columns`` name the image path, the XYXY pixel corners
     and the label (an integer id, or a name when ``classes`` is given). Rows of one image gather into
     its table entry (a box per row is not a conflict). ``image_sizes`` (relative path -> (h, w)):
-    boxes are also checked against the image.
+    boxes are also checked against the image. ``path`` and ``root`` may be ``s3://`` URLs (as :func:`read_coco`).
 
     Raises:
         TargetError: a missing column, a row with a non-number or too few fields (line and column
             named), a box with x2 < x1 or outside its image, a file that does not exist under ``root``.
     """
-    path = Path(path)
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+    check = existing(root, storage_options)
+    with io.StringIO(read_text(path, storage_options, errors="replace"), newline="") as f:
         reader = csv.reader(f)
         header = [h.strip() for h in next(reader, [])]
         missing = [c for c in columns if c not in header]
@@ -258,7 +262,7 @@ def read_box_csv(path: str | Path, root: str | Path | None = None, classes: Sequ
             if len(row) < len(header):
                 raise TargetError(f"{where}: {len(row)} fields, the header has {len(header)}; fix the row")
             rel, cells = row[at[0]].strip(), [row[i].strip() for i in at[1:]]
-            existing(None if root is None else Path(root), rel, where)
+            check(rel, where)
             box = [_number(v, where, name) for v, name in zip(cells[:4], columns[1:5])]
             if classes is None:
                 try:

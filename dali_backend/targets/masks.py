@@ -15,65 +15,96 @@ class ids; :func:`load_mask` reads one (PNG, any integer depth, one channel) and
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import TargetError
+from ..storage import stores
 from .records import ImageTargets, Size, TargetTable, recorded
 
 GOOD = "good"  # MVTec AD's folder of defect-free images
 
 
-def _files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in suffixes)
+def _listing(root: str | Path, storage_options: Mapping | None):
+    """``(the root's store, the relative paths of the files below it, sorted)``: a folder's walk (symlinks to
+    files followed), or one listing of an object store (``s3://bucket/prefix``)."""
+    store = stores.open_store(root, storage_options)
+    if store.folder is None:
+        return store, sorted(o.rel for o in store.list() if o.rel and not o.rel.endswith("/"))
+    return store, sorted(p.relative_to(store.folder).as_posix() for p in store.folder.rglob("*") if p.is_file())
+
+
+def _under(files: list[str], folder: str, suffixes: tuple[str, ...]) -> list[str]:
+    """The files below ``folder`` (relative, ``""``: all) whose extension is one of ``suffixes``."""
+    base = folder + "/" if folder else ""
+    return [f for f in files if f.startswith(base) and PurePosixPath(f).suffix.lower() in suffixes]
+
+
+def _relative(path: str, base: str) -> str:
+    rel = stores.relative(path, base)
+    if rel is None:
+        raise TargetError(f"{path}: not in the store of {base}; keep the images and the masks in one store (one "
+                          "bucket, or local folders)")
+    return rel
 
 
 @recorded("root")
-def mvtec_masks(root: str | Path, suffixes: tuple[str, ...] = (".png",)) -> dict[str, ImageTargets]:
-    """The MVTec AD rule over every ``<cat>/{train,test}/<kind>/<name>`` image under ``root``: a mask
-    path (relative to ``root``) for each defect test image, None for ``good`` and training images.
+def mvtec_masks(root: str | Path, suffixes: tuple[str, ...] = (".png",),
+                storage_options: Mapping | None = None) -> dict[str, ImageTargets]:
+    """The MVTec AD rule over every ``<cat>/{train,test}/<kind>/<name>`` image under ``root`` (a folder, or
+    an ``s3://`` URL: one listing; ``storage_options`` as the index's, never recorded): a mask path
+    (relative to ``root``) for each defect test image, None for ``good`` and training images.
 
     Raises:
         TargetError: a defect image without its mask, a mask without its image, or no category found.
     """
-    root = Path(root)
+    store, files = _listing(root, storage_options)
+    at = store.url
+    present = set(files)
     out: dict[str, ImageTargets] = {}
-    cats = sorted(p for p in root.iterdir() if p.is_dir() and ((p / "test").is_dir() or (p / "train").is_dir()))
+    cats = sorted({f.split("/", 1)[0] for f in files if f.count("/") >= 2 and f.split("/")[1] in ("train", "test")})
     if not cats:
-        raise TargetError(f"mvtec_masks: no <category>/test or <category>/train folder under {root}; the MVTec AD "
+        raise TargetError(f"mvtec_masks: no <category>/test or <category>/train folder under {store.root}; the MVTec AD "
                           "layout is <category>/{train,test}/<defect or good>/<name>.png")
     for cat in cats:
         for split in ("train", "test"):
-            for image in _files(cat / split, suffixes) if (cat / split).is_dir() else []:
-                rel = image.relative_to(root).as_posix()
+            for rel in _under(files, f"{cat}/{split}", suffixes):
+                image = PurePosixPath(rel)
                 kind = image.parent.name
                 if split == "train" or kind == GOOD:
                     out[rel] = ImageTargets(mask=None, source="mvtec: good")
                     continue
-                mask = cat / "ground_truth" / image.relative_to(cat / split).parent / f"{image.stem}_mask.png"
-                if not mask.is_file():
-                    raise TargetError(f"{image}: a '{kind}' test image without its mask {mask}; add the mask, or move "
-                                      f"the image to {cat / 'test' / GOOD} if it has no defect")
-                out[rel] = ImageTargets(mask=mask.relative_to(root).as_posix(), source="mvtec")
-        truth, paired = cat / "ground_truth", {t.mask for t in out.values()}
-        for mask in _files(truth, (".png",)) if truth.is_dir() else []:
-            if mask.relative_to(root).as_posix() not in paired:
-                stem = mask.stem[:-len("_mask")] if mask.stem.endswith("_mask") else mask.stem
-                raise TargetError(f"{mask}: a mask without its image {cat / 'test' / mask.relative_to(truth).parent / stem}"
-                                  f"{suffixes[0]} (MVTec AD names masks <name>_mask.png); remove it or add the image")
+                sub = image.parent.relative_to(f"{cat}/{split}")
+                mask = (PurePosixPath(cat, "ground_truth", sub) / f"{image.stem}_mask.png").as_posix()
+                if mask not in present:
+                    raise TargetError(f"{at(rel)}: a '{kind}' test image without its mask {at(mask)}; "
+                                      f"add the mask, or move the image to {at(f'{cat}/test/{GOOD}')} if it has "
+                                      "no defect")
+                out[rel] = ImageTargets(mask=mask, source="mvtec")
+        paired = {t.mask for t in out.values()}
+        for mask in _under(files, f"{cat}/ground_truth", (".png",)):
+            if mask not in paired:
+                m = PurePosixPath(mask)
+                stem = m.stem[:-len("_mask")] if m.stem.endswith("_mask") else m.stem
+                image = PurePosixPath(cat, "test", m.parent.relative_to(f"{cat}/ground_truth"), stem).as_posix()
+                raise TargetError(f"{at(mask)}: a mask without its image {at(image)}{suffixes[0]} "
+                                  "(MVTec AD names masks <name>_mask.png); remove it or add the image")
     return out
 
 
 @recorded(None)
 def suffix_masks(images: str | Path, masks: str | Path | None = None, suffix: str = "_mask",
                  mask_ext: str = ".png", suffixes: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".bmp"),
-                 missing: Literal["background", "error"] = "background") -> dict[str, ImageTargets]:
+                 missing: Literal["background", "error"] = "background",
+                 storage_options: Mapping | None = None) -> dict[str, ImageTargets]:
     """The mask of ``<images>/<sub>/<stem>.<ext>`` is ``<masks>/<sub>/<stem><suffix><mask_ext>`` (``masks``
     default: ``images``; the images' own folder then skips files that are masks). Keys and mask paths
-    are relative to ``images``'s parent when ``masks`` is elsewhere, else to ``images``.
+    are relative to ``images``'s parent when ``masks`` is elsewhere, else to ``images``. Both may be
+    ``s3://`` URLs (listed once each; ``storage_options`` as the index's, never recorded).
 
     Args:
         missing: ``"background"``: an image without a mask file is all background; ``"error"``: refused.
@@ -83,29 +114,26 @@ def suffix_masks(images: str | Path, masks: str | Path | None = None, suffix: st
     """
     if missing not in ("background", "error"):
         raise TargetError(f"suffix_masks(missing={missing!r}); give 'background' or 'error'")
-    images = Path(images)
-    masks = images if masks is None else Path(masks)
-    base = images if masks == images else images.parent
+    same = masks is None or str(masks) == str(images)
+    image_store, files = _listing(images, storage_options)
+    mask_store, mask_files = (image_store, files) if same else _listing(masks, storage_options)
+    base = image_store.root if same else stores.parent(image_store.root)
+    present = set(mask_files)
     out: dict[str, ImageTargets] = {}
-    for image in _files(images, suffixes):
-        if masks == images and image.stem.endswith(suffix) and image.suffix == mask_ext:
+    for rel in _under(files, "", suffixes):
+        image = PurePosixPath(rel)
+        if same and image.stem.endswith(suffix) and image.suffix == mask_ext:
             continue  # a mask beside its image
-        mask = masks / image.relative_to(images).parent / f"{image.stem}{suffix}{mask_ext}"
-        if mask.is_file():
-            out[image.relative_to(base).as_posix()] = ImageTargets(mask=_rel(mask, base), source=f"suffix {suffix!r}")
+        mask = (image.parent / f"{image.stem}{suffix}{mask_ext}").as_posix()
+        key = _relative(image_store.url(rel), base)
+        if mask in present:
+            out[key] = ImageTargets(mask=_relative(mask_store.url(mask), base), source=f"suffix {suffix!r}")
         elif missing == "error":
-            raise TargetError(f"{image}: no mask {mask}; add it, or pass missing='background' to read images without "
-                              "a mask as all background")
+            raise TargetError(f"{image_store.url(rel)}: no mask {mask_store.url(mask)}; add it, or pass "
+                              "missing='background' to read images without a mask as all background")
         else:
-            out[image.relative_to(base).as_posix()] = ImageTargets(mask=None, source=f"suffix {suffix!r}")
-    return TargetTable(out, base=str(base.absolute()))
-
-
-def _rel(path: Path, base: Path) -> str:
-    try:
-        return path.relative_to(base).as_posix()
-    except ValueError:
-        return path.as_posix()
+            out[key] = ImageTargets(mask=None, source=f"suffix {suffix!r}")
+    return TargetTable(out, base=base)
 
 
 def check_mask(mask: NDArray, image_size: Size, num_classes: int, where: str) -> NDArray[np.uint8]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import TargetError
+from ..storage import stores
 
 Size = tuple[int, int]  # (height, width)
 EPS = 1e-3  # pixels: a coordinate written as 640.0004 by a float round trip is on the edge, not outside
@@ -84,15 +86,21 @@ def recorded(base_argument: str | None):
             table = reader(*args, **kwargs)
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
-            plain = {k: _plain(v) for k, v in bound.arguments.items()}
+            plain = {k: _plain(v) for k, v in bound.arguments.items() if k != "storage_options"}  # never saved
             recipe = None if any(v is _NOT_JSON for v in plain.values()) else [{"reader": reader.__name__,
                                                                                 "args": plain}]
             base = getattr(table, "base", None)
             if base is None and base_argument is not None and bound.arguments.get(base_argument) is not None:
-                base = os.path.abspath(bound.arguments[base_argument])
+                base = root_of(bound.arguments[base_argument])
             return TargetTable(table, base, recipe)
         return read
     return wrap
+
+
+def root_of(path: str | os.PathLike) -> str:
+    """A folder's absolute path, or an object-storage URL (``s3://bucket/prefix``) in normal form: what a
+    table's keys are relative to."""
+    return stores.url_root(str(path)) or os.path.abspath(path)
 
 
 def check_boxes(boxes: NDArray[np.float32], size: Size | None, where: str) -> None:
@@ -118,11 +126,40 @@ def check_boxes(boxes: NDArray[np.float32], size: Size | None, where: str) -> No
                                   "the image or fix the annotation (is it for another image or size?)")
 
 
-def existing(root: Path | None, rel: str, where: str) -> None:
-    """Refuse an annotation naming an image that is not a file under ``root`` (no check without a root)."""
-    if root is not None and not (Path(root) / rel).is_file():
-        raise TargetError(f"{where}: names {rel!r}, which is not a file under {root}; fix the path in the "
-                          "annotation or pass the data root the paths are relative to")
+def existing(root: str | Path | None, storage_options: Mapping | None = None) -> Callable[[str, str], None]:
+    """``check(rel, where)``: refuse an annotation naming an image that is not a file under ``root`` (a folder,
+    or an ``s3://`` URL: one listing, made on the first check); no check without a root."""
+    if root is None:
+        return lambda rel, where: None
+    store = stores.open_store(root, storage_options)
+    listed: list[set] = []
+
+    def check(rel: str, where: str) -> None:
+        if store.folder is not None:
+            there = (Path(root) / rel).is_file()
+        else:
+            if not listed:
+                listed.append({o.rel for o in store.list()})
+            there = rel in listed[0]
+        if not there:
+            raise TargetError(f"{where}: names {rel!r}, which is not a file under {root}; fix the path in the "
+                              "annotation or pass the data root the paths are relative to")
+    return check
+
+
+def read_text(path: str | Path, storage_options: Mapping | None = None, errors: str = "strict") -> str:
+    """The UTF-8 text of the annotation file ``path``, read through the store of its folder: a local file, or
+    an object (``s3://bucket/key``: one GET).
+
+    Raises:
+        TargetError: the object or file cannot be read (named). UnicodeDecodeError: not UTF-8 (``errors``).
+    """
+    folder, name = stores.parent(str(path)), os.fspath(path).replace(os.sep, "/").rsplit("/", 1)[-1]
+    try:
+        data, _ = stores.open_store(folder, storage_options).get(name)
+    except OSError as e:  # a missing object, a store's errors after its retries
+        raise TargetError(f"{path}: the annotation file cannot be read ({e}); check the URL") from None
+    return data.decode("utf-8", errors)
 
 
 def merge_sources(*tables: dict[str, ImageTargets]) -> TargetTable:

@@ -15,6 +15,7 @@ import pytest
 from dali_backend import SampleIndex
 from dali_backend.cli.pictures import overlay_targets
 from dali_backend.core.defects import generate_detection, generate_mvtec
+from dali_backend.core.reading import SampleReader
 from dali_backend.targets import read_coco
 from tests.helpers import run_cli
 
@@ -78,7 +79,7 @@ def test_suffix_masks_in_a_mask_dir_with_declared_classes_and_a_box_csv(tmp_path
     assert rc == 0, err
     assert "masks: 1 of 3 images with a mask file" in out and "class ids 0..2" in out and "0/1" not in out
     got = SampleIndex.load(tmp_path / "i.npz")
-    assert got.annotations.read_mask(got.root, 1, (16, 20)).max() == 2  # ids kept, not read as 0/1
+    assert got.annotations.read_mask(SampleReader.for_index(got, seed=0), 1, (16, 20)).max() == 2  # ids kept, not read as 0/1
     with open(tmp_path / "boxes.csv", "w", newline="") as f:
         csv.writer(f).writerows([["path", "x1", "y1", "x2", "y2", "label"], ["a/0.png", 1, 1, 5, 6, "bolt"],
                                  ["a/0.png", 2, 2, 9, 9, "nut"], ["a/2.png", 0, 0, 20, 16, "nut"]])

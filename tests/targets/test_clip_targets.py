@@ -11,6 +11,7 @@ import torch
 
 from dali_backend import AugmentSpec, ClipSampler, DaliLoader, Sequences
 from dali_backend import transforms as T
+from dali_backend.core.reading import SampleReader
 from dali_backend.transforms.targets import Boxes, move_targets
 from fallback.dataset import ImageDataset
 from tests.helpers import BACKENDS, LOADER_ARGS
@@ -72,7 +73,7 @@ def kernel_targets(index, i: int, epoch: int, position: int, ops=RECIPE):
     t, size = index.annotations, (int(index.heights[i]), int(index.widths[i]))
     spec = AugmentSpec(ops=ops, color="rgb", dtype="uint8")
     mask, boxes, _ = move_targets(spec.transforms, spec.make_params(3, epoch, position, size),
-                                  t.read_mask(index.root, i, size), Boxes(*t.boxes_of(i), size))
+                                  t.read_mask(SampleReader.for_index(index, seed=0), i, size), Boxes(*t.boxes_of(i), size))
     return mask, boxes
 
 

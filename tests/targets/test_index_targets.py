@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from dali_backend import TargetError
+from dali_backend.core.reading import SampleReader
 from dali_backend.core.defects import generate_detection, generate_mvtec
 from dali_backend.errors import ConfigError, StaleIndexError
 from dali_backend.index import SampleIndex
@@ -36,9 +37,10 @@ def test_from_mvtec_pairs_each_defect_with_its_mask_and_good_images_with_none(mv
                    "test/stain/001.png": "ground_truth/stain/001_mask.png"}
     # masks are read as class ids 0/1; a good image gets an all-background mask of its size
     i = list(index.paths).index("test/stain/001.png")
-    m = t.read_mask(index.root, i, (40, 48))
+    reader = SampleReader.for_index(index, seed=0)  # masks are read as the images are: through the sample reader
+    m = t.read_mask(reader, i, (40, 48))
     assert set(np.unique(m)) == {0, 1} and m.sum() == (cv2.imread(os.path.join(index.root, t.mask_path(i)), 0) > 0).sum()
-    assert not t.read_mask(index.root, 0, (40, 48)).any()
+    assert not t.read_mask(reader, 0, (40, 48)).any()
     train = SampleIndex.from_mvtec(mvtec, "plate", "train")
     assert train.classes == index.classes and train.annotations.kinds == ("masks",)
 
@@ -129,20 +131,6 @@ def test_a_table_given_by_hand_cannot_be_updated_and_says_so(mvtec):
     assert by_hand.annotations.mask_path(list(by_hand.paths).index("test/stain/000.png")) == "ground_truth/stain/000_mask.png"
     with pytest.raises(ConfigError, match="plain table"):
         by_hand.update()
-
-
-def test_targets_on_a_bucket_are_refused_with_the_reason(s3_defects):
-    index = SampleIndex.from_folder(s3_defects)
-    with pytest.raises(ConfigError, match="s3:// .* not supported yet"):
-        index.with_targets({index.paths[0]: ImageTargets(boxes=[[0, 0, 1, 1]], labels=[0])})
-
-
-def test_packing_an_index_with_targets_is_refused_not_dropped(mvtec, tmp_path):
-    from dali_backend.storage.pack import pack
-
-    index = SampleIndex.from_mvtec(mvtec, "plate", "test")
-    with pytest.raises(ConfigError, match="packing them into shards is not supported yet"):
-        pack(index, tmp_path / "packed")
 
 
 def test_an_index_made_from_annotations_says_how_to_update_it(tmp_path):
