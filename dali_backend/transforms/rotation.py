@@ -32,6 +32,8 @@ class RandomRotation(Transform):
 
     EXAMPLES = ("RandomRotation(30)", "RandomRotation((-20, 40), fill=9)")
     TOLERANCE = 1
+    DEPTHS = (8, 16)  # uint16 too (fill: a value at the image's depth); DALI's warp through int32 (affine.at_depth)
+    TOLERANCE16 = 128  # 16-bit levels: OpenCV's and DALI's bilinear weights (half an 8-bit level of the full range)
 
     degrees: float | tuple[float, float]
     interpolation: Literal["bilinear"] = "bilinear"
@@ -74,7 +76,9 @@ class RandomRotation(Transform):
                               borderValue=(float(self.fill),) * 4)
 
     def dali(self, images, params, ctx):
-        from nvidia.dali import fn, types
+        from nvidia.dali import fn
 
-        return fn.rotate(images, angle=params["angle"], keep_size=True, fill_value=float(self.fill),
-                         interp_type=types.INTERP_LINEAR)
+        from .affine import at_depth
+
+        return at_depth(images, ctx, lambda x, types: fn.rotate(x, angle=params["angle"], keep_size=True,
+                                                                fill_value=float(self.fill), interp_type=types.INTERP_LINEAR))
