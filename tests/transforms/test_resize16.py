@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from bench.equivalence import transform16_checks
-from dali_backend import AugmentSpec, DaliLoader, ImageDataset, SampleIndex, Window
+from dali_backend import AugmentSpec, SampleIndex, Window
 from dali_backend import transforms as T
 from dali_backend.core.depth import sixteen_bit_operations
 from dali_backend.transforms import resample
 from dali_backend.transforms.resize import dali_resize
 from tests.helpers import KINDS, write
+from tests.transforms.test_window_loaders import batches
 
 SIZES = [((240, 320), (256, 256)), ((1536, 2048), (256, 256)), ((480, 640), (224, 224)), ((37, 53), (64, 29)),
          ((256, 256), (255, 257)), ((100, 3), (7, 40)), ((64, 64), (32, 32)), ((31, 97), (13, 13)), ((64, 64), (128, 128))]
@@ -93,14 +94,6 @@ def low_bits_pair(tmp_path_factory):
     return SampleIndex.from_folder(root, progress=False)
 
 
-def batch(index, spec, kind):
-    loader = DaliLoader(ImageDataset(index, spec, seed=3), batch_size=2, shuffle=False, **KINDS[kind])
-    try:
-        return np.concatenate([x.numpy() for x, _ in loader])
-    finally:
-        loader.close()
-
-
 @pytest.mark.parametrize("geometry", [[T.Resize((24, 32))], [T.RandomRotation((10, 10))],
                                       [T.RandomAffine((5, 5), scale=(0.8, 0.8))],
                                       [T.Resize((40, 40)), T.RandomRotation((-7, -7)), T.RandomResizedCrop(24)]],
@@ -111,7 +104,7 @@ def test_low_8_bits_survive_the_geometry_to_a_narrow_window(low_bits_pair, geome
     exactly through resizes, within 1 level through the warps (measured; their 16-bit difference is a few
     levels here, a fraction of the window's step)."""
     spec = AugmentSpec(ops=[T.Grayscale(), *geometry, Window(10240, 11263), T.CenterCrop(20)], dtype="uint8")
-    out = {kind: batch(low_bits_pair, spec, kind) for kind in KINDS}
+    out = {kind: batches(low_bits_pair, spec, kind) for kind in KINDS}
     for kind, x in out.items():
         assert x.shape[:2] == (2, 1) and x.dtype == np.uint8
         assert np.count_nonzero(x[0] != x[1]) > x[0].size // 4, kind  # the low bits made them differ
