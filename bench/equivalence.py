@@ -108,11 +108,11 @@ def bound(row: str, device: str) -> tuple[float | None, float | None, int | None
     """The (mean, p99.9, max) bound of row ``row`` (``"decode:rgb"``, ``"op:resize"``, ...) on ``device``;
     a ``transform16:Name#k:color`` row: the operation's declared ``tolerance16()`` (16-bit levels, DALI's CPU
     operators; the GPU's is not measured yet: no bound)."""
-    kind, rest = row.split(":", 1)
+    kind = row.split(":", 1)[0]
     if kind == "transform16":
         from dali_backend.transforms import REGISTRY
 
-        return (None, None, REGISTRY[rest.split("#", 1)[0]].tolerance16() if device == "cpu" else None)
+        return (None, None, REGISTRY[row.split(":")[1].split("#", 1)[0]].tolerance16() if device == "cpu" else None)
     return BOUNDS[(kind, device)]
 
 
