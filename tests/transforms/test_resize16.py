@@ -69,6 +69,16 @@ def test_the_geometric_operations_take_16_bit_values():
 CHECKS = transform16_checks()
 
 
+def test_the_16_bit_rows_are_bounded_by_each_operations_declaration():
+    from bench.equivalence import _bound_text, bound
+
+    assert bound("transform16:RandomRotation#1:rgb", "cpu") == (None, None, 128)
+    assert bound("transform16:Resize#0:gray", "cpu") == (None, None, 0)
+    assert bound("transform16:Resize#0:gray", "gpu") == (None, None, None)  # not measured on a GPU yet: published only
+    assert _bound_text("transform16:Resize#0:gray", "cpu") == "max <= 0 (16-bit levels)"
+    assert bound("end-to-end:gray", "cpu") == (0.05, 2.0, None)  # the 8-bit rows keep their bounds
+
+
 @pytest.mark.parametrize("name", sorted(CHECKS))
 def test_every_16_bit_operation_is_within_its_declared_bound(name):
     """DALI's CPU operators against the fallback on uint16 images (bench.equivalence --bit-depth 16)."""
