@@ -237,8 +237,8 @@ class Transform:
     fragment uses per-sample ``if``), ``TORCHVISION`` (the torchvision class names it reproduces, with
     a ``from_torchvision`` classmethod), ``TOLERANCE`` / ``GPU_TOLERANCE`` (the largest difference its
     two backends may show on DALI's CPU / GPU operators), ``DEPTHS`` (the bits per value it takes:
-    ``(8, 16)`` where it runs on uint16 images too and may run before a ``Window``), ``TOLERANCE16`` (its
-bound on uint16 images, in 16-bit levels).
+    ``(8, 16)`` where it runs on uint16 images too and may run before a ``Window``), ``TOLERANCE16``
+    (its bound on uint16 images, in 16-bit levels).
 
     Targets: the image kernel is :meth:`apply`; a kernel for another input kind (``"mask"``, ...) is
     registered beside it with :func:`register_kernel` and found with :meth:`kernel_for`, as torchvision

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from ..errors import ConfigError
+
 Image = NDArray[np.uint8] | NDArray[np.uint16]  # HxW (gray) or HxWxC, 8 or 16 bits per value
 
 
@@ -287,7 +289,8 @@ def resize(img: Image, height: int, width: int, antialias: bool = True) -> Image
     and ``b_y + b_x <= 7`` for the exact shortcut (a 16-bit value times both weights within float32's 24 bits).
     """
     if img.dtype not in (np.uint8, np.uint16):
-        raise TypeError(f"resize: a {img.dtype} image; it takes uint8 or uint16 (DALI's kernel is reproduced for those)")
+        raise ConfigError(f"resize: got a {img.dtype} image; the resize kernel takes uint8 or uint16 images (DALI's "
+                          "fn.resize is reproduced for those): resize before converting to float")
     dtype = img.dtype.type
     scale16 = 1 if dtype is np.uint8 else 257  # 65535 / 255: the bounds grow with the largest value
     h0, w0 = img.shape[:2]

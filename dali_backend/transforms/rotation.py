@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .tvread import Unsupported, fill_of, interp
+from .affine import at_depth
 from .base import Param, Transform, as_range, centred
 
 
@@ -33,7 +34,7 @@ class RandomRotation(Transform):
     EXAMPLES = ("RandomRotation(30)", "RandomRotation((-20, 40), fill=9)")
     TOLERANCE = 1
     DEPTHS = (8, 16)  # uint16 too (fill: a value at the image's depth); DALI's warp through int32 (affine.at_depth)
-    TOLERANCE16 = 128  # 16-bit levels: OpenCV's and DALI's bilinear weights (half an 8-bit level of the full range)
+    TOLERANCE16 = 128  # 16-bit levels (half an 8-bit level of the full range): OpenCV's warp samples at 1/32 pixel
 
     degrees: float | tuple[float, float]
     interpolation: Literal["bilinear"] = "bilinear"
@@ -77,8 +78,6 @@ class RandomRotation(Transform):
 
     def dali(self, images, params, ctx):
         from nvidia.dali import fn
-
-        from .affine import at_depth
 
         return at_depth(images, ctx, lambda x, types: fn.rotate(x, angle=params["angle"], keep_size=True,
                                                                 fill_value=float(self.fill), interp_type=types.INTERP_LINEAR))

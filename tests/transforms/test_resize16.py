@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bench.equivalence import transform16_checks
-from dali_backend import AugmentSpec, SampleIndex, Window
+from dali_backend import AugmentSpec, ConfigError, SampleIndex, Window
 from dali_backend import transforms as T
 from dali_backend.core.depth import sixteen_bit_operations
 from dali_backend.transforms import resample
@@ -55,7 +55,7 @@ def test_the_uint16_resize_is_dalis_to_the_bit(src, dst, channels, antialias):
 
 
 def test_an_image_of_another_type_is_refused_by_name():
-    with pytest.raises(TypeError, match="a float32 image; it takes uint8 or uint16"):
+    with pytest.raises(ConfigError, match="got a float32 image; the resize kernel takes uint8 or uint16"):
         resample.resize(np.zeros((8, 8), np.float32), 4, 4)
 
 
