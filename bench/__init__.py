@@ -10,4 +10,7 @@ CLIP_CONTENDERS = ("clips-fallback", "clips-dali-cpu", "clips-dali-gpu")
 """Clip loaders (``ClipSampler``, ``[B, T, C, H, W]`` batches; img/s counts frames), run when named with ``--only``."""
 PEERS = ("opencv-loader", "albumentations", "spdl-threads", "torchdata-nodes", "dali-native")
 """What a user would write instead (``--peers``, :mod:`bench.peers`): the default contract by hand."""
-ALL_CONTENDERS = CONTENDERS + CLIP_CONTENDERS + PEERS
+OWN_CEILINGS = {"dali-cpu": "ceiling-dali", "clips-dali-cpu": "ceiling-dali"}
+"""The ceiling of each loader that decodes and equalises with other code than the ``ceiling``'s (OpenCV): DALI's
+CPU operators' own decode + CLAHE (:class:`bench.contenders.DaliCeiling`), run whenever such a loader runs."""
+ALL_CONTENDERS = CONTENDERS + CLIP_CONTENDERS + PEERS + ("ceiling-dali",)

@@ -2,7 +2,9 @@
 
 Used by the tests (DALI on the CPU) and by the GPU check (DALI on the GPU): each operation is run
 alone on the same inputs by both sides, and the whole pipeline end to end through both loaders.
-Differences are measured on the uint8 scale before normalisation: mean |diff|, 99.9th percentile, max.
+Differences are measured on the uint8 scale before normalisation: mean |diff|, 99.9th percentile, max;
+with ``--bit-depth 16``, also each operation that takes uint16 images (``16 in DEPTHS``) on 16-bit images,
+in 16-bit levels (``transform16:`` rows, bounded by each operation's ``tolerance16()``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def diff_stats(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> dict:
         x, y = np.asarray(x), np.asarray(y)
         if x.shape != y.shape:
             raise AssertionError(f"shape mismatch {x.shape} vs {y.shape}")
-        diffs.append(np.abs(x.astype(np.int16) - y.astype(np.int16)).ravel())
+        diffs.append(np.abs(x.astype(np.int32) - y.astype(np.int32)).ravel())  # uint16 images too
     d = np.concatenate(diffs) if diffs else np.zeros(0)
     if d.size == 0:
         return {"mean": 0.0, "p999": 0.0, "max": 0, "pixels": 0, "above2": 0}
@@ -103,8 +105,15 @@ BOUNDS: dict[tuple[str, str], tuple[float | None, float | None, int | None]] = {
 
 
 def bound(row: str, device: str) -> tuple[float | None, float | None, int | None]:
-    """The (mean, p99.9, max) bound of row ``row`` (``"decode:rgb"``, ``"op:resize"``, ...) on ``device``."""
-    return BOUNDS[(row.split(":", 1)[0], device)]
+    """The (mean, p99.9, max) bound of row ``row`` (``"decode:rgb"``, ``"op:resize"``, ...) on ``device``;
+    a ``transform16:Name#k:color`` row: the operation's declared ``tolerance16()`` (16-bit levels, DALI's CPU
+    operators; the GPU's is not measured yet: no bound)."""
+    kind = row.split(":", 1)[0]
+    if kind == "transform16":
+        from dali_backend.transforms import REGISTRY
+
+        return (None, None, REGISTRY[row.split(":")[1].split("#", 1)[0]].tolerance16() if device == "cpu" else None)
+    return BOUNDS[(kind, device)]
 
 
 def over_bound(row: str, stats: dict, device: str) -> list[str]:
@@ -233,12 +242,14 @@ def example_ops(name: str) -> list:
 
 
 def run_transform_dali(op, images: list[np.ndarray], params: list[dict], device: str = "cpu") -> list[np.ndarray]:
-    """``op``'s DALI fragment on decoded images (HxW or HxWx3 uint8) with the given per-draw parameters."""
+    """``op``'s DALI fragment on decoded images (HxW or HxWx3, uint8, or uint16: the graph's 16 bits before a
+    ``Window``) with the given per-draw parameters."""
     from nvidia.dali import fn, types
 
     from dali_backend.transforms import GraphContext
 
     channels = 1 if images[0].ndim == 2 else 3
+    bits = 16 if images[0].dtype == np.uint16 else 8
     wire = op.wire_for(channels)
 
     def graph(gpu):
@@ -246,7 +257,7 @@ def run_transform_dali(op, images: list[np.ndarray], params: list[dict], device:
         x = x.gpu() if gpu else x
         h, w = fn.external_source(name="in1"), fn.external_source(name="in2")
         p = {q.name: fn.external_source(name=f"in{3 + k}") for k, q in enumerate(wire)}
-        return op.dali(x, p, GraphContext(gpu=gpu, channels=channels, hw=(h, w)))
+        return op.dali(x, p, GraphContext(gpu=gpu, channels=channels, hw=(h, w), bits=bits))
 
     inputs = [(im if im.ndim == 3 else im[:, :, None], np.array(im.shape[0], np.int32), np.array(im.shape[1], np.int32),
                *(q.array(pr[q.name]) for q in wire)) for im, pr in zip(images, params)]
@@ -277,6 +288,41 @@ def transform_checks(device: str = "cpu", images: list[np.ndarray] | None = None
                     params = [op.make_params(7, 0, i, im.shape[:2]) for i, im in enumerate(srcs)]
                     got = run_transform_dali(op, srcs, params, device)
                     return diff_stats(got, [op.apply(im, p) for im, p in zip(srcs, params)])
+
+                checks[f"{name}#{k}:{color}"] = check
+    return checks
+
+
+def test_images16(seed: int = 0) -> list[np.ndarray]:
+    """uint16 HxW images: the synthetic scene at 16 and at 12 bits (values below 4096), 16-bit noise of an
+    awkward size and a 1x1 image."""
+    from dali_backend.core.synthetic import make_image
+
+    rng = np.random.default_rng(seed)
+    return [make_image(seed, "scratch", 0, 320, 240, color=False, bit_depth=16),
+            make_image(seed, "dent", 1, 200, 150, color=False, bit_depth=12),
+            rng.integers(0, 65536, (61, 77), dtype=np.uint16), rng.integers(0, 65536, (1, 1), dtype=np.uint16)]
+
+
+def transform16_checks(device: str = "cpu", images: list[np.ndarray] | None = None, draws: int = 2) -> dict:
+    """``{name: () -> stats}`` as :func:`transform_checks`, for the operations that take uint16 images
+    (``16 in DEPTHS``, the ``Window`` aside), on 16-bit gray and RGB images: differences in 16-bit levels."""
+    from dali_backend.transforms import REGISTRY, Window
+
+    images = images if images is not None else test_images16()
+    rgb = [np.dstack([im, im[::-1, ::-1], np.roll(im, 7, axis=1)]) for im in images]
+    checks = {}
+    for name in sorted(n for n, cls in REGISTRY.items() if 16 in cls.DEPTHS and cls is not Window):
+        for k, op in enumerate(example_ops(name)):
+            for color, imgs in (("gray", images), ("rgb", rgb)):
+                def check(op=op, imgs=imgs):
+                    srcs = [im for im in imgs for _ in range(draws)]
+                    params = [op.make_params(7, 0, i, im.shape[:2]) for i, im in enumerate(srcs)]
+                    got = run_transform_dali(op, srcs, params, device)
+                    want = [op.apply(im, p) for im, p in zip(srcs, params)]
+                    if any(g.dtype != np.uint16 or w.dtype != np.uint16 for g, w in zip(got, want)):
+                        raise AssertionError(f"{op!r} on uint16 images gave {got[0].dtype} (DALI) / {want[0].dtype}")
+                    return diff_stats(got, [w.reshape(g.shape) for g, w in zip(got, want)])
 
                 checks[f"{name}#{k}:{color}"] = check
     return checks
@@ -332,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json")
     p.add_argument("--transforms", action="store_true",
                    help="also every operation of dali_backend.transforms with each example (gray and RGB)")
+    p.add_argument("--bit-depth", type=int, choices=[8, 16], default=8,
+                   help="16: also every operation that takes uint16 images on 16-bit images (transform16: rows, "
+                        "16-bit levels)")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore", module="nvidia")
     rows: dict[str, dict] = {}
@@ -357,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.transforms:
         for name, check in transform_checks(args.device).items():
             record(f"transform:{name}", check)
+    if args.bit_depth == 16:
+        for name, check in transform16_checks(args.device).items():
+            record(f"transform16:{name}", check)
     w, h = (int(v) for v in args.size.split("x"))
     with tempfile.TemporaryDirectory() as tmp:
         root = generate_defect_dataset(tmp, n=args.images, size=(w, h), seed=5, progress=False)
@@ -371,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _bound_text(row: str, device: str) -> str:
     parts = [f"{k} <= {v:g}" for k, v in zip(("mean", "p99.9", "max"), bound(row, device)) if v is not None]
-    return ", ".join(parts)
+    return ", ".join(parts) + (" (16-bit levels)" if row.startswith("transform16:") else "")
 
 
 if __name__ == "__main__":

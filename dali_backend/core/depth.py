@@ -3,8 +3,9 @@
 Two checks, both typed errors that name the operation and the fix:
 
 * :func:`check_order` (at spec construction): in an operation list holding a ``Window``, every
-  operation before it must be exact on 16-bit values (``Transform.DEPTHS`` holds 16: flips, quarter
-  turns, crops without resampling, ``Grayscale``), and there is one ``Window``;
+  operation before it must take 16-bit values (``Transform.DEPTHS`` holds 16: flips, quarter turns,
+  crops, ``Grayscale``, ``Resize``, ``RandomResizedCrop``, ``RandomRotation``, ``RandomAffine``:
+  :func:`sixteen_bit_operations`), and there is one ``Window``;
 * :func:`source_refusal` / :func:`check_served` (when a sample is served): a file whose header declares more than 8 bits
   per value, under a spec without a ``Window``, would be cut to 8 bits by the decoder (DALI rounds
   ``x / 257``, OpenCV shifts ``x >> 8``: not even the same 8 bits). It is refused, whatever the spec
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 
 from ..errors import ConfigError
 from ..formats.registry import HEAD_BYTES, read_header
-from ..transforms import Transform
+from ..transforms import REGISTRY, Transform
 from ..transforms.intensity import Window
 
 FIX_12BIT = "12-bit data stored in 16 bits: Window(0, 4095)"
@@ -31,6 +32,12 @@ def window_position(ops: Sequence[Transform]) -> int | None:
     """The position of the ``Window`` in ``ops`` (None: an 8-bit spec)."""
     found = [k for k, op in enumerate(ops) if isinstance(op, Window)]
     return found[0] if found else None
+
+
+def sixteen_bit_operations() -> list[str]:
+    """The names of the registered pixel operations that take uint16 images (``16 in DEPTHS``), sorted."""
+    return sorted(name for name, cls in REGISTRY.items() if 16 in cls.DEPTHS and cls is not Window
+                  and cls.KIND not in ("output", "batch"))
 
 
 def check_order(ops: Sequence[Transform]) -> None:
@@ -48,8 +55,8 @@ def check_order(ops: Sequence[Transform]) -> None:
     early = [type(op).__name__ for op in ops[:w] if op.KIND not in ("output", "batch") and 16 not in op.DEPTHS]
     if early:
         raise ConfigError(f"AugmentSpec.ops: {early[0]} runs on 8-bit values and comes before {ops[w]!r}, so it would "
-                          f"see 16-bit values; move {ops[w]!r} before {early[0]} (only flips, quarter turns, "
-                          "CenterCrop, RandomCrop and Grayscale may run on 16-bit values)")
+                          f"see 16-bit values; move {ops[w]!r} before {early[0]} (only "
+                          f"{', '.join(sixteen_bit_operations())} may run on 16-bit values)")
 
 
 def source_refusal(ops: Sequence[Transform], bits: int) -> str | None:

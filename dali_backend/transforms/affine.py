@@ -60,6 +60,8 @@ class RandomAffine(Transform):
     EXAMPLES = ("RandomAffine(20, translate=(0.1, 0.2), scale=(0.8, 1.2), shear=10)",
                 "RandomAffine((-10, 30), shear=(-5, 5, -8, 8), fill=7)")
     TOLERANCE = 1
+    DEPTHS = (8, 16)  # uint16 too (fill: a value at the image's depth); DALI's warp through int32 (at_depth)
+    TOLERANCE16 = 128  # 16-bit levels, as RandomRotation's
     TORCHVISION = ("RandomAffine",)
 
     def __post_init__(self):
@@ -135,7 +137,18 @@ class RandomAffine(Transform):
         return out.reshape(img.shape)
 
     def dali(self, images, params, ctx: GraphContext):
-        from nvidia.dali import fn, types
+        from nvidia.dali import fn
 
-        return fn.warp_affine(images, matrix=params["matrix"], fill_value=float(self.fill),
-                              interp_type=types.INTERP_LINEAR, inverse_map=True)
+        return at_depth(images, ctx, lambda x, types: fn.warp_affine(x, matrix=params["matrix"], fill_value=float(self.fill),
+                                                                     interp_type=types.INTERP_LINEAR, inverse_map=True))
+
+
+def at_depth(images, ctx: GraphContext, warp):
+    """``warp(images, types)`` (a DALI warp: ``fn.rotate``, ``fn.warp_affine``) on the graph's images at their
+    depth: DALI's warps take no uint16, so 16-bit images go through int32 (the warp's float result rounded
+    to int32 by DALI, then cast back: a bilinear mix of uint16 values stays within uint16)."""
+    from nvidia.dali import fn, types
+
+    if ctx.bits == 8:
+        return warp(images, types)
+    return fn.cast(warp(fn.cast(images, dtype=types.INT32), types), dtype=types.UINT16)

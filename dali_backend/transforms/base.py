@@ -237,7 +237,8 @@ class Transform:
     fragment uses per-sample ``if``), ``TORCHVISION`` (the torchvision class names it reproduces, with
     a ``from_torchvision`` classmethod), ``TOLERANCE`` / ``GPU_TOLERANCE`` (the largest difference its
     two backends may show on DALI's CPU / GPU operators), ``DEPTHS`` (the bits per value it takes:
-    ``(8, 16)`` where it is exact on uint16 images too and may run before a ``Window``).
+    ``(8, 16)`` where it runs on uint16 images too and may run before a ``Window``), ``TOLERANCE16``
+    (its bound on uint16 images, in 16-bit levels).
 
     Targets: the image kernel is :meth:`apply`; a kernel for another input kind (``"mask"``, ...) is
     registered beside it with :func:`register_kernel` and found with :meth:`kernel_for`, as torchvision
@@ -260,9 +261,21 @@ class Transform:
     # The same bound on DALI's GPU operators (their resampling and rounding differ from the CPU's);
     # None: as TOLERANCE. Read by the CLAHE amplification warning (dali_backend.core.amplification).
     GPU_TOLERANCE: ClassVar[int | None] = None
-    # The bits per value the operation takes: (8,) for the 8-bit operations; (8, 16) for those exact on
-    # uint16 values too (they may precede a Window: dali_backend.transforms.intensity); Window: (16,).
+    # The bits per value the operation takes: (8,) for the 8-bit operations; (8, 16) for those that run
+    # on uint16 values too (they may precede a Window: dali_backend.transforms.intensity); Window: (16,).
     DEPTHS: ClassVar[tuple[int, ...]] = (8,)
+    # On uint16 images (DEPTHS holds 16): the largest difference in 16-bit levels DALI's CPU operators may
+    # show against the fallback (bench.equivalence --bit-depth 16, docs/guides/16bit.md); None: as TOLERANCE
+    # (0 for the operations that only move values).
+    TOLERANCE16: ClassVar[int | None] = None
+
+    @classmethod
+    def tolerance16(cls) -> int | None:
+        """The largest difference in 16-bit levels on uint16 images (DALI's CPU operators against the
+        fallback); None where the operation takes no 16-bit values."""
+        if 16 not in cls.DEPTHS:
+            return None
+        return cls.TOLERANCE if cls.TOLERANCE16 is None else cls.TOLERANCE16
 
     @classmethod
     def gpu_tolerance(cls) -> int | None:

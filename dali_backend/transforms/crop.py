@@ -154,6 +154,7 @@ class RandomResizedCrop(_Crop):
     EXAMPLES = ("RandomResizedCrop(32)", "RandomResizedCrop((24, 40), scale=(0.5, 1.0))")
     TOLERANCE = 0
     GPU_TOLERANCE = 1  # DALI's GPU resampling and rounding differ from its CPU kernels
+    DEPTHS = (8, 16)  # a cut, then Resize's kernel: exact on uint16 too
 
     size: int | tuple[int, int]
     scale: tuple[float, float] = (0.08, 1.0)

@@ -13,9 +13,10 @@ table of 65536 entries computed once here (``fn.lookup_table`` in DALI, numpy in
 so they agree on every value by construction, on CPU and GPU operators alike (no float rounding,
 no fused multiply-add). Per-image windows (``percentiles=``) apply the same rule in integer
 arithmetic; no DALI operator computes order statistics, so the graph finds each bound by a binary
-search of per-image counts (exact, 32 reductions per image: the trade-off). The operations exact on 16-bit values (flips,
-quarter turns, crops without resampling) may precede it; every other pixel operation must follow it
-(``AugmentSpec`` refuses the order otherwise, naming the fix).
+search of per-image counts (exact, 32 reductions per image: the trade-off). The operations that take 16-bit values (flips,
+quarter turns, crops, and the resampling ones: ``Resize`` bit-exact, the warps within their declared
+``TOLERANCE16``) may precede it; every other pixel operation must follow it (``AugmentSpec`` refuses the
+order otherwise, naming the fix).
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-Image = NDArray[np.uint8]  # HxW (gray) or HxWxC
+from ..errors import ConfigError
+
+Image = NDArray[np.uint8] | NDArray[np.uint16]  # HxW (gray) or HxWxC, 8 or 16 bits per value
 
 
 def owned(img: Image) -> Image:
@@ -41,7 +43,8 @@ def owned(img: Image) -> Image:
 #   (:func:`pass_order`), which changes the last bits;
 # * the last pass converts to uint8 rounding half to EVEN where its SSE loop stores (``cvtps2dq``:
 #   16 outputs at a time) and half AWAY from zero (``std::round``) in its scalar tails, so an exact
-#   tie x.5 rounds by position (:func:`_scalar_tail`).
+#   tie x.5 rounds by position (:func:`_scalar_tail`); to uint16 the same, its SSE loop storing 8 outputs
+#   at a time (16 bytes: measured against DALI's operator, tests/transforms/test_resize16.py).
 #
 # :func:`resize_exact` is that arithmetic in plain numpy (slow). :func:`resize` gets the same bits fast:
 # two sparse matrix products (any summation order, FMA or not) give every output within a proven bound
@@ -131,11 +134,16 @@ def pass_order(in_hw: tuple[int, int], out_hw: tuple[int, int], antialias: bool 
     return "y" if y_first < x_first else "x"
 
 
+def _block(dtype) -> int:
+    """Outputs DALI's SSE loop stores at a time: 16 bytes, so 16 uint8 or 8 uint16 values."""
+    return 16 // np.dtype(dtype).itemsize
+
+
 @lru_cache(maxsize=128)
-def _horizontal_tails(in_size: int, out_size: int, antialias: bool = True) -> NDArray[np.bool_]:
+def _horizontal_tails(in_size: int, out_size: int, antialias: bool = True, block: int = 16) -> NDArray[np.bool_]:
     """Output columns a last horizontal pass computes in its scalar code (``std::round``): DALI splits
-    each row at the first and last columns whose taps need no clamping and runs its SSE loop over 16
-    columns at a time from the start of each part; the rest of each part is scalar."""
+    each row at the first and last columns whose taps need no clamping and runs its SSE loop over
+    ``block`` columns at a time (:func:`_block`) from the start of each part; the rest of each part is scalar."""
     a = _axis(in_size, out_size, antialias)
     first_regular = int(np.argmax(a.first >= 0)) if (a.first >= 0).any() else out_size
     regular_end = a.first + a.support <= in_size
@@ -144,7 +152,7 @@ def _horizontal_tails(in_size: int, out_size: int, antialias: bool = True) -> ND
     x = 0
     for end in (min(first_regular, last_regular + 1), first_regular, last_regular + 1, out_size):
         if end > x:
-            x += (end - x) // 16 * 16
+            x += (end - x) // block * block
             tails[x:end] = True
             x = end
     tails.flags.writeable = False
@@ -152,27 +160,29 @@ def _horizontal_tails(in_size: int, out_size: int, antialias: bool = True) -> ND
 
 
 def _scalar_tail(order: str, width: int, channels: int, x: NDArray[np.int64], c: NDArray[np.int64],
-                 in_width: int, antialias: bool) -> NDArray[np.bool_]:
+                 in_width: int, antialias: bool, block: int = 16) -> NDArray[np.bool_]:
     """Whether output (x, c) is rounded by DALI's scalar code (half away) rather than SSE (half even).
 
     The last pass is the other axis than :func:`pass_order`'s. Vertical: each row is one flat run of
-    ``width * channels`` values, SSE over 16 at a time, the last ``(width * channels) % 16`` scalar."""
+    ``width * channels`` values, SSE over ``block`` at a time (:func:`_block`), the last
+    ``(width * channels) % block`` scalar."""
     if order == "x":
         flat = width * channels
-        return x * channels + c >= flat - flat % 16
-    return _horizontal_tails(in_width, width, antialias)[x]
+        return x * channels + c >= flat - flat % block
+    return _horizontal_tails(in_width, width, antialias, block)[x]
 
 
-def _round_dali(v: NDArray[np.float32], scalar: NDArray[np.bool_]) -> NDArray[np.uint8]:
-    """uint8 as DALI converts: half to even (SSE) or, where ``scalar``, half away from zero (exact: float64)."""
+def _round_dali(v: NDArray[np.float32], scalar: NDArray[np.bool_], dtype=np.uint8) -> Image:
+    """``dtype`` (uint8 or uint16) as DALI converts: half to even (SSE) or, where ``scalar``, half away
+    from zero (exact: float64)."""
     r = np.where(scalar, np.floor(v.astype(np.float64) + 0.5), np.rint(v))
-    return np.clip(r, 0, 255).astype(np.uint8)
+    return np.clip(r, 0, np.iinfo(dtype).max).astype(dtype)
 
 
 def running_sum(values: NDArray, w: NDArray[np.float32]) -> NDArray[np.float32]:
     """``sum_k w[..., k] * values[..., k]`` over the last axis, each product and each add rounded to
     float32, k in order (DALI's loop)."""
-    products = values * w                   # uint8 or float32 times float32: float32
+    products = values * w                   # uint8, uint16 or float32 times float32: float32
     acc = products[..., 0].copy()
     for k in range(1, products.shape[-1]):  # a running sum: each add rounded, in order (what
         acc += products[..., k]             # np.add.accumulate does, without its per-row inner loops)
@@ -202,12 +212,13 @@ def resize_exact(img: Image, height: int, width: int, antialias: bool = True) ->
         cur = acc
     x = np.arange(width)[None, :, None]
     c = np.arange(channels)[None, None, :]
-    out = _round_dali(cur, np.broadcast_to(_scalar_tail(order, width, channels, x, c, w0, antialias), cur.shape))
+    tail = _scalar_tail(order, width, channels, x, c, w0, antialias, _block(img.dtype))
+    out = _round_dali(cur, np.broadcast_to(tail, cur.shape), img.dtype)
     return out.reshape((height, width) + img.shape[2:])
 
 
-def _exact_at(src: Image, ys, xs, cs, height: int, width: int, antialias: bool) -> NDArray[np.uint8]:
-    """DALI's uint8 output at the pixels (ys, xs, cs) of ``src`` (HxWxC, contiguous) resized to height x
+def _exact_at(src: Image, ys, xs, cs, height: int, width: int, antialias: bool) -> Image:
+    """DALI's output (``src``'s dtype) at the pixels (ys, xs, cs) of ``src`` (HxWxC, contiguous) resized to height x
     width, computed alone: the intermediate values each needs, then its final sum, in DALI's order."""
     h0, w0, channels = src.shape
     ay, ax = _axis(h0, height, antialias), _axis(w0, width, antialias)
@@ -221,7 +232,7 @@ def _exact_at(src: Image, ys, xs, cs, height: int, width: int, antialias: bool) 
     else:              # vertical first: intermediate at (row y, column rx[j]), then along the row
         inter = running_sum(flat[ry[:, None, :] + rx[:, :, None]], wy[:, None, :])      # [K, Sx]
         v = running_sum(inter, wx)
-    return _round_dali(v, _scalar_tail(order, width, channels, xs, cs, w0, antialias))
+    return _round_dali(v, _scalar_tail(order, width, channels, xs, cs, w0, antialias, _block(src.dtype)), src.dtype)
 
 
 @lru_cache(maxsize=64)
@@ -272,7 +283,16 @@ def resize(img: Image, height: int, width: int, antialias: bool = True) -> Image
     rounding rule (:func:`_exact_at`). When every weight is a multiple of ``2**-b`` with ``b_y + b_x
     <= 15`` (2x and 4x enlargements, halving, one axis unchanged) every sum is exact in float32 in
     any order: only the tie rule is applied, by position.
+
+    16 bits (uint16 in, uint16 out, as DALI's operator keeps its input's type): the same arithmetic
+    with 65535 for 255 in the bounds (257 times the margin: larger shrinks take :func:`resize_exact`)
+    and ``b_y + b_x <= 7`` for the exact shortcut (a 16-bit value times both weights within float32's 24 bits).
     """
+    if img.dtype not in (np.uint8, np.uint16):
+        raise ConfigError(f"resize: got a {img.dtype} image; the resize kernel takes uint8 or uint16 images (DALI's "
+                          "fn.resize is reproduced for those): resize before converting to float")
+    dtype = img.dtype.type
+    scale16 = 1 if dtype is np.uint8 else 257  # 65535 / 255: the bounds grow with the largest value
     h0, w0 = img.shape[:2]
     if (h0, w0) == (height, width):
         return img.copy()
@@ -298,31 +318,33 @@ def resize(img: Image, height: int, width: int, antialias: bool = True) -> Image
     # out: [height, width * C] (cols_first) or [width, height * C]
     planes = out.reshape((height, width, channels) if cols_first else (width, height, channels))
 
-    def upright(res: NDArray[np.uint8]) -> Image:
+    def upright(res: Image) -> Image:
         res = res.reshape((height, width) + shape if cols_first else (width, height) + shape)
         return res if cols_first else _transpose(res)
 
-    if ay.bits + ax.bits <= 15:
+    if ay.bits + ax.bits <= (15 if dtype is np.uint8 else 7):
         # every value is DALI's exactly: round half to even, then half away where DALI's code is scalar
         order = pass_order((h0, w0), (height, width), antialias)
         xs, cs = np.nonzero(np.broadcast_to(_scalar_tail(order, width, channels, np.arange(width)[:, None],
-                                                         np.arange(channels)[None, :], w0, antialias), (width, channels)))
+                                                         np.arange(channels)[None, :], w0, antialias, _block(dtype)),
+                                             (width, channels)))
         at = (slice(None), xs, cs) if cols_first else (xs, slice(None), cs)
         tails = np.floor(planes[at].astype(np.float64) + 0.5)
         np.rint(out, out=out)
         planes[at] = tails
-        return upright(out.astype(np.uint8))  # values in [0, 255 + 1e-4]: rounded within [0, 255]
-    # Values lie in [-1e-4, 255 + 1e-4] (weights >= 0 summing to 1), so truncating v + 0.5 -/+ m to
-    # uint8 is floor(v + 0.5 -/+ m): the two agree (and are DALI's level) unless v is within m of a
-    # tie. m: twice the bound above, plus 2**-14 for rounding v + 0.5 -/+ m itself.
-    m = 255.0 * (ay.support + ax.support + 4) * 2.0 ** -22 + 2.0 ** -14
+        return upright(out.astype(dtype))  # values in [0, max + 1e-4 max/255]: rounded within [0, max]
+    # Values lie in [-1e-4, 255 + 1e-4] (weights >= 0 summing to 1; 257 times that at 16 bits), so
+    # truncating v + 0.5 -/+ m to the integer type is floor(v + 0.5 -/+ m): the two agree (and are DALI's
+    # level) unless v is within m of a tie. m: twice the bound above, plus 2**-14 (4 float32 steps at 255;
+    # times 257 at 16 bits) for rounding v + 0.5 -/+ m itself.
+    m = (255.0 * (ay.support + ax.support + 4) * 2.0 ** -22 + 2.0 ** -14) * scale16
     if m > 0.25:  # shrinking thousands of pixels into one: the margin would take every pixel
         return resize_exact(img, height, width, antialias)
     m = _F32(m)
     out += _F32(0.5) - m
-    low = out.astype(np.uint8)
+    low = out.astype(dtype)
     out += _F32(2.0) * m
-    res = out.astype(np.uint8)
+    res = out.astype(dtype)
     flat = np.flatnonzero(low != res)
     if flat.size * ay.support * ax.support > out.size * (ay.support + ax.support) * 4:
         return resize_exact(img, height, width, antialias)  # cheaper than pixel by pixel

@@ -74,6 +74,7 @@ class Resize(Transform):
     EXAMPLES = ("Resize((40, 56))", "Resize(32)", "Resize((48, 64), letterbox=True)", "Resize(24, max_size=30)")
     TOLERANCE = 0
     GPU_TOLERANCE = 1  # DALI's GPU resampling and rounding differ from its CPU kernels
+    DEPTHS = (8, 16)  # uint16 in, uint16 out: the CPU kernel is DALI's at 16 bits too (resample.resize), exact
 
     size: int | tuple[int, int]
     max_size: int | None = None

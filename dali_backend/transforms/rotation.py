@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .tvread import Unsupported, fill_of, interp
+from .affine import at_depth
 from .base import Param, Transform, as_range, centred
 
 
@@ -32,6 +33,8 @@ class RandomRotation(Transform):
 
     EXAMPLES = ("RandomRotation(30)", "RandomRotation((-20, 40), fill=9)")
     TOLERANCE = 1
+    DEPTHS = (8, 16)  # uint16 too (fill: a value at the image's depth); DALI's warp through int32 (affine.at_depth)
+    TOLERANCE16 = 128  # 16-bit levels (half an 8-bit level of the full range): OpenCV's warp samples at 1/32 pixel
 
     degrees: float | tuple[float, float]
     interpolation: Literal["bilinear"] = "bilinear"
@@ -74,7 +77,7 @@ class RandomRotation(Transform):
                               borderValue=(float(self.fill),) * 4)
 
     def dali(self, images, params, ctx):
-        from nvidia.dali import fn, types
+        from nvidia.dali import fn
 
-        return fn.rotate(images, angle=params["angle"], keep_size=True, fill_value=float(self.fill),
-                         interp_type=types.INTERP_LINEAR)
+        return at_depth(images, ctx, lambda x, types: fn.rotate(x, angle=params["angle"], keep_size=True,
+                                                                fill_value=float(self.fill), interp_type=types.INTERP_LINEAR))

@@ -79,7 +79,7 @@ def test_bench_every_contender_end_to_end(tmp_path):
     fields, the breakdown and the chart are the two tests above's."""
     data, _ = run_bench(tmp_path, "--no-plot")
     names = [r["name"] for r in data["results"]]
-    assert names[:5] == ["ceiling", "reference", "tutorial", "fallback", "dali-cpu"]
+    assert names[:6] == ["ceiling", "ceiling-dali", "reference", "tutorial", "fallback", "dali-cpu"]  # dali-cpu's own
     for r in data["results"]:
         assert FIELDS <= r.keys() and r["images_per_s"] > 0
         # the reference and its overhead compare loaders of the same contract (the preset) only
@@ -292,7 +292,9 @@ def test_clip_contenders_count_frames(tmp_path):
     data, proc = run_bench(tmp_path, "--only", "reference", "clips-fallback", "clips-dali-cpu", "--clip-len", "3",
                            "--clip-step", "1", "--batch-size", "6", "--no-plot")
     rows = {r["name"]: r for r in data["results"]}
-    assert list(rows) == ["ceiling", "reference", "clips-fallback", "clips-dali-cpu"]
+    assert list(rows) == ["ceiling", "ceiling-dali", "reference", "clips-fallback", "clips-dali-cpu"]  # DALI's own ceiling
+    own = rows["clips-dali-cpu"]["ratio_to_own_ceiling"]
+    assert own == rows["clips-dali-cpu"]["images_per_s"] / rows["ceiling-dali"]["images_per_s"]
     for name in ("clips-fallback", "clips-dali-cpu"):
         r = rows[name]
         assert (r["clip_len"], r["clip_step"], r["clips_per_batch"], r["clips_per_epoch"]) == (3, 1, 2, 4)

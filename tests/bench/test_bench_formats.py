@@ -21,7 +21,14 @@ def test_16_bit_png_runs_every_contender(tmp_path):
     data, proc = run_bench(tmp_path, "--format", "png", "--bit-depth", "16", "--no-plot")
     assert data["failed"] == {}
     names = [r["name"] for r in data["results"]]
-    assert names == [n for n in CONTENDERS if n not in unavailable(list(CONTENDERS))]
+    runs = [n for n in CONTENDERS if n not in unavailable(list(CONTENDERS))]
+    assert names == runs[:1] + ["ceiling-dali"] * ("dali-cpu" in runs) + runs[1:]  # dali-cpu's own ceiling beside
+    rows = {r["name"]: r for r in data["results"]}
+    if "dali-cpu" in rows:  # each loader against its own executor's ceiling, beside the OpenCV one
+        assert rows["dali-cpu"]["ratio_to_own_ceiling"] == rows["dali-cpu"]["images_per_s"] / rows["ceiling-dali"]["images_per_s"]
+        assert rows["ceiling-dali"]["ratio_to_own_ceiling"] == 1.0
+    assert rows["fallback"]["ratio_to_own_ceiling"] == rows["fallback"]["ratio_to_ceiling"]
+    assert "x own ceil" in proc.stdout
     for r in data["results"]:
         assert FIELDS <= r.keys() and r["images_per_s"] > 0
     assert data["machine"]["data"]["formats"] == "formats: png 8 (16-bit 8)"
@@ -58,6 +65,35 @@ def test_the_16_bit_ceiling_decodes_at_16_bits_then_windows(tmp_path):
     try:
         assert contenders._CEILING[1] is not None and contenders._ceiling_work(paths[1]) >= 0
     finally:
+        contenders._CEILING = None
+
+
+@pytest.mark.parametrize("bits", [8, 12])
+def test_the_dali_ceiling_is_the_same_work_on_dalis_operators(tmp_path, bits):
+    """``ceiling-dali`` decodes (at 16 bits then the Window's table, for 12-bit data), equalises and serves every
+    image once per epoch: its pixels are the OpenCV ceiling's (DALI's gray decode and CLAHE are exact against
+    OpenCV's), and the low 8 bits of 12-bit data tell two images apart as in the OpenCV ceiling."""
+    from bench import contenders
+    from dali_backend import SampleIndex
+
+    rng = np.random.default_rng(bits)
+    (tmp_path / "a").mkdir()
+    for k in range(5):
+        img = rng.integers(0, 4096, (48, 64), dtype=np.uint16) if bits == 12 else rng.integers(0, 256, (48, 64), dtype=np.uint8)
+        cv2.imwrite(str(tmp_path / "a" / f"{k}.png"), img)
+    index = SampleIndex.from_folder(tmp_path, progress=False)
+    ceiling = contenders.DaliCeiling(index, batch_size=2, workers=1, bit_depth=bits)
+    try:
+        for epoch in range(2):
+            got = list(ceiling)
+            corners = np.concatenate([x.numpy().reshape(-1) for x, _ in got])
+            assert len(corners) == len(index) == sum(len(y) for _, y in got)  # every image once, from the first
+            contenders._ceiling_init(bits)
+            want = [int(contenders._CEILING[0].apply(contenders._read_gray(index.abspath(i), contenders._CEILING[1]))[0, 0])
+                    for i in range(len(index))]
+            assert corners.tolist() == want, epoch
+    finally:
+        ceiling.close()
         contenders._CEILING = None
 
 

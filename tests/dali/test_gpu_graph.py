@@ -208,11 +208,15 @@ def test_16_bit_specs_decode_to_uint16_and_window_on_the_device(device, color):
     from nvidia.dali import types
 
     from dali_backend import Window
-    from dali_backend.transforms import RandomHorizontalFlip, RandomRot90
+    from dali_backend.transforms import RandomAffine, RandomHorizontalFlip, RandomRot90, RandomRotation
 
     for ops in ([RandomHorizontalFlip(), RandomCrop(40), Window(0, 4095), Clahe(), Resize((30, 20))],
                 [CenterCrop(64), RandomRot90(), Window(100, 60000), Clahe()],
-                [RandomCrop(40), Window(percentiles=(0.5, 99.5)), Resize((30, 20))]):
+                [RandomCrop(40), Window(percentiles=(0.5, 99.5)), Resize((30, 20))],
+                # resampling at 16 bits: resize on uint16, the warps through int32 (affine.at_depth), a region crop
+                [Resize(29), RandomRotation(10), RandomAffine(5, scale=(0.9, 1.1)), CenterCrop(24), Window(0, 4095),
+                 Clahe()],
+                [RandomResizedCrop((23, 41)), RandomRotation(10), Window(0, 65535), Clahe()]):
         spec = AugmentSpec(ops=([Grayscale()] if color == "gray" else []) + ops)
         pipe = define_graph(spec, device)
         nodes = graph_nodes(pipe)
@@ -221,8 +225,11 @@ def test_16_bit_specs_decode_to_uint16_and_window_on_the_device(device, color):
             check_registered(nodes)
         decoder = next(i for i in pipe._ops if "decoders__" in str(i.spec).splitlines()[0])
         assert f"\n    dtype: {int(types.UINT16)}\n" in str(decoder.spec), str(decoder.spec)
-        window = "LookupTable" if ops[-3 if isinstance(ops[-2], Clahe) else -2].percentiles is None else "reductions__Sum"
+        window = "LookupTable" if next(op for op in ops if isinstance(op, Window)).percentiles is None else "reductions__Sum"
         assert any(n["op"].startswith(window) and n["device"] == device for n in nodes), sorted({n["op"] for n in nodes})
+        if any(isinstance(op, RandomRotation) for op in ops):  # the warps' casts around them, on the device
+            casts = [n for n in nodes if n["op"].startswith("Cast") and n["device"] == device]
+            assert len(casts) >= 2 * sum(isinstance(op, (RandomRotation, RandomAffine)) for op in ops), casts
     eight = define_graph(AugmentSpec(ops=[CenterCrop(64), Clahe()]), device)  # an 8-bit spec: the default dtype
     decoder = next(i for i in eight._ops if "decoders__" in str(i.spec).splitlines()[0])
     assert f"\n    dtype: {int(types.UINT16)}\n" not in str(decoder.spec)
