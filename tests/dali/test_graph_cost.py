@@ -17,17 +17,7 @@ from dali_backend import transforms as T
 
 pytest.importorskip("nvidia.dali")
 
-
-def define_graph(spec: AugmentSpec, device: str):
-    from dali_backend.dali.graph import build_pipeline
-
-    def source(info):  # never called: the graph is only defined
-        raise AssertionError("the graph was run")
-
-    pipe = build_pipeline(spec, source, 4, device=device, device_id=0 if device == "gpu" else None, num_threads=1,
-                          py_num_workers=1)
-    pipe._build_graph()
-    return pipe
+from tests.dali.test_gpu_graph import check_registered, define_graph, graph_nodes  # noqa: E402
 
 
 def fragment_files(monkeypatch, spec: AugmentSpec, device: str) -> dict[str, str]:
@@ -80,8 +70,6 @@ def test_one_channel_reaches_chw_without_a_copy(device, color, layout_op):
     """A gray batch becomes ``[C, H, W]`` by a reshape (the same bytes, axes renamed), an RGB one by a
     transpose; the masks (one channel) by a reshape too. The pixels are the ones before (the loader's
     equivalence tests compare them with the fallback's)."""
-    from tests.dali.test_gpu_graph import check_registered, graph_nodes
-
     nodes = graph_nodes(define_graph(AugmentSpec(size=32, color=color), device))
     layout = [n["op"] for n in nodes if n["op"] in ("Reshape", "Transpose")]
     assert layout == [layout_op]
