@@ -305,6 +305,12 @@ class Transform:
         """The parameters sent to the DALI graph (none for an identity)."""
         return () if self.is_identity else self.PARAMS
 
+    def branches(self, gpu: bool) -> bool:
+        """Whether its DALI fragment uses per-sample ``if`` on this placement (``CONDITIONALS``, unless an
+        identity): the pipeline then enables DALI's conditionals, whose AutoGraph pass costs the first
+        batch about a second in a fresh process."""
+        return self.CONDITIONALS and not self.is_identity
+
     def wire_for(self, channels: int) -> tuple[Param, ...]:
         """The parameters the graph uses on images of ``channels`` channels (default: all of :attr:`wire`)."""
         return self.wire

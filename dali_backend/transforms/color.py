@@ -264,6 +264,9 @@ class Clahe(Transform):
             return op.apply(img)
         return np.dstack([op.apply(np.ascontiguousarray(img[:, :, c])) for c in range(img.shape[2])])
 
+    def branches(self, gpu: bool) -> bool:
+        return gpu  # the portable graph's padding branch; DALI's CPU kernel is OpenCV's own code, at every size
+
     def dali(self, images, params, ctx: GraphContext):
         from .clahe_graph import clahe_like_opencv
 
