@@ -138,3 +138,28 @@ def test_an_index_made_from_annotations_says_how_to_update_it(tmp_path):
     index = SampleIndex.from_annotations(tmp_path / "det", read_coco(path, tmp_path / "det"))
     with pytest.raises(ConfigError, match="made by SampleIndex.from_annotations"):
         index.update()
+
+
+def test_update_reports_a_sample_whose_mask_file_was_deleted(tmp_path, caplog):
+    # suffix_masks' missing="background" reads an image without a mask as all background: after a mask is
+    # deleted, update must not call the sample "unchanged" while its defect turned into background
+    from dali_backend.index.update import update_index
+    from dali_backend.targets import suffix_masks
+
+    mask = np.zeros((20, 30), np.uint8)
+    mask[5:10, 5:10] = 1
+    for stem in ("x", "y"):
+        (tmp_path / "images/a").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "masks/a").mkdir(parents=True, exist_ok=True)
+        cv2.imwrite(str(tmp_path / f"images/a/{stem}.png"), np.full((20, 30, 3), 90, np.uint8))
+        cv2.imwrite(str(tmp_path / f"masks/a/{stem}_mask.png"), mask)
+    index = SampleIndex.from_folder(tmp_path / "images", targets=suffix_masks(tmp_path / "images", tmp_path / "masks"))
+    _, kept = update_index(index)
+    assert kept.masks_lost == ()
+    (tmp_path / "masks/a/y_mask.png").unlink()
+    with caplog.at_level("WARNING", logger="dali_backend"):
+        new, report = update_index(index)
+    assert new.annotations.mask_path(1) is None  # the rule's answer: now all background
+    assert report.masks_lost == ("a/y.png",)
+    assert "1 sample lost its mask file (now all background: a/y.png)" in str(report)
+    assert any("a/y.png" in r.getMessage() and "../masks/a/y_mask.png" in r.getMessage() for r in caplog.records)
