@@ -163,3 +163,16 @@ def test_update_reports_a_sample_whose_mask_file_was_deleted(tmp_path, caplog):
     assert report.masks_lost == ("a/y.png",)
     assert "1 sample lost its mask file (now all background: a/y.png)" in str(report)
     assert any("a/y.png" in r.getMessage() and "../masks/a/y_mask.png" in r.getMessage() for r in caplog.records)
+
+
+def test_a_table_whose_keys_match_no_sample_is_refused(tmp_path):
+    # COCO file_names relative to data/det ("images/000.png") read without root= and joined with an index of
+    # data/ (class folder det): every image got no box, and the index claimed boxes
+    path = generate_detection(tmp_path / "data" / "det", n=3)
+    assert json.loads(path.read_text())["images"][0]["file_name"] == "images/000.png"
+    with pytest.raises(TargetError, match=r"none of the 3 annotated images is a sample of this index \(the key "
+                                          r"'images/000.png' looked up under .*data, where the first sample is "
+                                          r"'det/images/000.png'\); give the reader the folder its paths are relative to"):
+        SampleIndex.from_folder(tmp_path / "data", targets=read_coco(path))
+    index = SampleIndex.from_folder(tmp_path / "data", targets=read_coco(path, tmp_path / "data" / "det"))
+    assert len(index.annotations.boxes) == len(json.loads(path.read_text())["annotations"]) > 0
