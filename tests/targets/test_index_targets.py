@@ -176,3 +176,21 @@ def test_a_table_whose_keys_match_no_sample_is_refused(tmp_path):
         SampleIndex.from_folder(tmp_path / "data", targets=read_coco(path))
     index = SampleIndex.from_folder(tmp_path / "data", targets=read_coco(path, tmp_path / "data" / "det"))
     assert len(index.annotations.boxes) == len(json.loads(path.read_text())["annotations"]) > 0
+
+
+def test_a_binary_mask_with_two_foreground_values_is_refused_when_read(mvtec):
+    # binary masks are read as 0/1 (mask > 0): a mask of classes 0, 1, 2 (a multi-class mask indexed without its
+    # num_classes, e.g. --masks suffix:_mask without --mask-classes) merged classes 1 and 2 without a word
+    path = mvtec / "plate" / "ground_truth" / "stain" / "001_mask.png"
+    mask = cv2.imread(str(path), 0)
+    assert set(np.unique(mask)) == {0, 255}
+    mask[:3, :5], mask[3:4, :2] = 1, 2
+    cv2.imwrite(str(path), mask)
+    index = SampleIndex.from_mvtec(mvtec, "plate", "test")
+    reader = SampleReader.for_index(index, seed=0)
+    i = list(index.paths).index("test/stain/001.png")
+    with pytest.raises(TargetError, match=r"stain/001_mask.png: a binary mask \(0 and one foreground value, read as "
+                                          r"0/1\) holds the foreground values 1 \(15 pixels\), 2 \(2 pixels\), 255 "
+                                          r"\(.* pixels\); .*num_classes=256"):
+        index.annotations.read_mask(reader, i, (40, 48))
+    assert index.annotations.read_mask(reader, i - 1, (40, 48)).max() == 1  # a 0/255 mask: read as 0/1
