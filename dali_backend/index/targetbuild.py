@@ -70,7 +70,8 @@ def join_targets(index, table: Mapping, num_classes: int = 2, binary: bool = Fal
     read through the index's store and checked against its image's size, its version recorded.
 
     Raises:
-        TargetError: a box outside its image, a mask that is not a PNG of its image's size or is missing.
+        TargetError: a box outside its image, a mask that is not a PNG of its image's size or is missing, or
+            a table none of whose keys is a sample of the index (keys relative to another folder).
         ConfigError: a packed (sharded) index: join the targets on the loose index, then pack it.
     """
     if index.shards is not None:
@@ -105,6 +106,11 @@ def join_targets(index, table: Mapping, num_classes: int = 2, binary: bool = Fal
         counts.append(len(t.labels))
         if t.mask is not None:
             wanted.append((i, relative(stores.join(base, t.mask), root), key, hw))
+    if not used and n:  # keys relative to another folder: joined, every sample would read "no target"
+        first = relative(stores.join(root, index.paths[0]), base)
+        raise TargetError(f"targets: none of the {len(table)} annotated images is a sample of this index (the key "
+                          f"{min(table)!r} looked up under {base}, where the first sample is {first!r}); give the "
+                          "reader the folder its paths are relative to (root=), or index that folder")
 
     def head(item):
         held, rel = stores.resolve(store, item[1])  # a folder beside the root's: the store of the prefix above

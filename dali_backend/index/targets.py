@@ -51,7 +51,8 @@ class IndexTargets:
         box_offsets: int64 ``[n + 1]``: sample ``i``'s boxes are ``boxes[box_offsets[i]:box_offsets[i + 1]]``.
         boxes: float32 ``[M, 4]`` XYXY absolute pixels; box_labels: int64 ``[M]`` class ids.
         num_classes: mask class ids lie in ``[0, num_classes)``.
-        binary: mask files hold 0 and one foreground value (MVTec AD's 255): read as 0/1.
+        binary: mask files hold 0 and one foreground value (MVTec AD's 255): read as 0/1 (a mask with two
+            foreground values is refused when read: classes would merge).
         recipe: the readers (names and arguments) that made the table, read again by ``update``
             (None: a table given by hand, which ``update`` cannot read again).
         kinds: what the batches carry: ``"masks"`` (the table pairs masks, or ``binary``: every
@@ -198,7 +199,8 @@ class IndexTargets:
         image's ``size`` (h, w) and the declared classes.
 
         Raises:
-            TargetError: bytes that do not decode, a mask of another size, values outside the classes.
+            TargetError: bytes that do not decode, a mask of another size, values outside the classes, a
+                binary mask with more than one foreground value.
         """
         import cv2
 
@@ -207,7 +209,16 @@ class IndexTargets:
             raise TargetError(f"{where}: the mask cannot be decoded (truncated or not an image); fix the file and "
                               "rebuild the index")
         if self.binary:
-            mask = (mask > 0).astype(np.uint8)
+            fg = mask > 0
+            top = int(mask.max()) if mask.size else 0
+            if top > 0 and np.count_nonzero(fg) != np.count_nonzero(mask == top):  # foreground values other than top
+                values, counts = np.unique(mask[fg], return_counts=True)
+                shown = ", ".join(f"{int(v)} ({int(c)} pixels)" for v, c in zip(values[:5], counts[:5]))
+                raise TargetError(f"{where}: a binary mask (0 and one foreground value, read as 0/1) holds the "
+                                  f"foreground values {shown}{', ...' if len(values) > 5 else ''}; a multi-class mask "
+                                  f"needs its classes declared (binary=False, num_classes={top + 1}; CLI --mask-classes "
+                                  f"{top + 1}), else save it with one foreground value")
+            mask = fg.astype(np.uint8)
         return readers.check_mask(mask, size, self.num_classes, where)
 
     def take(self, positions: NDArray[np.int64]) -> IndexTargets:

@@ -22,7 +22,9 @@ Trusting size and mtime is what ``make`` and ``rsync`` do, and what :meth:`Sampl
 a file rewritten with the same size within the file system's timestamp resolution is not re-read
 (pass ``verify`` again through a fresh build for that). An index derived with ``subset`` or ``split``
 has no source and is refused: update the index it came from, then split again (``split`` is stable as
-the data grows).
+the data grows). An index with targets has its readers run again: a sample whose mask file is gone
+under a rule that reads a missing mask as background is kept, named in the report
+(``UpdateReport.masks_lost``) and logged as a warning, never counted silently as unchanged.
 """
 
 from __future__ import annotations
@@ -56,11 +58,18 @@ class UpdateReport:
     rechecked: int
     removed: int
     new_classes: tuple[str, ...]
+    masks_lost: tuple[str, ...] = ()  # samples kept whose mask file is gone: their pairing rule now reads background
 
     def __str__(self) -> str:
         text = (f"{self.unchanged} unchanged (not re-read), {self.added} added, {self.rechecked} changed and "
                 f"re-checked, {self.removed} removed")
-        return text + (f"; new classes {list(self.new_classes)} appended" if self.new_classes else "")
+        text += f"; new classes {list(self.new_classes)} appended" if self.new_classes else ""
+        if self.masks_lost:
+            shown = ", ".join(self.masks_lost[:5]) + (", ..." if len(self.masks_lost) > 5 else "")
+            n = len(self.masks_lost)
+            text += f"; {n} {'sample' if n == 1 else 'samples'} lost {'its' if n == 1 else 'their'} mask file (now all " \
+                    f"background: {shown})"
+        return text
 
 
 def check_source(source, where: str = "index") -> dict | None:
@@ -112,15 +121,31 @@ def update_index(index, *, workers: int = 8, progress: bool | None = None) -> tu
     new = type(index)(root, StringTable.from_strings(cand.paths[i] for i in kept.tolist()), labels[kept], classes,
                       cols[kept, 0], cols[kept, 1], cols[kept, 2], cols[kept, 3], rejected, cand.ignored,
                       sorted(cand.ignored_files, key=lambda r: r.path), source=source, **extra(kept.tolist()))
+    lost: tuple[str, ...] = ()
     if index.annotations is not None:  # the targets' readers again: new images get theirs, changed masks re-checked
         new = targets_again(new, index.annotations)
+        lost = lost_masks(index.annotations, new, old[kept])
     present = int((old[kept] >= 0).sum())
     rechecked = int((read[kept] & (old[kept] >= 0)).sum())
     report = UpdateReport(unchanged=present - rechecked, added=len(kept) - present, rechecked=rechecked,
-                          removed=len(index) - present, new_classes=tuple(classes[len(old_classes):]))
+                          removed=len(index) - present, new_classes=tuple(classes[len(old_classes):]), masks_lost=lost)
     log.info("%s", headline(new))
     log.info("index updated: %s", report)
     return new, report
+
+
+def lost_masks(before, new, old_at: np.ndarray) -> tuple[str, ...]:
+    """The paths of ``new``'s samples that had a mask file in the targets ``before`` (``old_at``: each new
+    sample's position there, -1: added) and have none now (a pairing rule reading a missing mask as
+    background), each logged as a warning with the mask it had."""
+    lost = []
+    for j in np.flatnonzero(old_at >= 0).tolist():
+        had = before.mask_path(int(old_at[j]))
+        if had is not None and new.annotations.mask_path(j) is None:
+            lost.append(new.paths[j])
+            log.warning("update: %s had the mask %s, now gone: the sample reads as all background (restore the mask, "
+                        "or rebuild with missing='error' to refuse images without one)", new.paths[j], had)
+    return tuple(lost)
 
 
 def old_positions(index, paths: list[str]) -> np.ndarray:

@@ -110,7 +110,10 @@ def suffix_masks(images: str | Path, masks: str | Path | None = None, suffix: st
         missing: ``"background"``: an image without a mask file is all background; ``"error"``: refused.
 
     Raises:
-        TargetError: an image without a mask when ``missing="error"``, or ``missing`` not one of both.
+        TargetError: an image without a mask when ``missing="error"``, ``missing`` not one of both, a file
+            named as a mask (``<stem><suffix><mask_ext>``, case aside) that no image pairs with (a name that
+            differs in case or folder would leave its image all background), or two images of one stem
+            pairing with one mask.
     """
     if missing not in ("background", "error"):
         raise TargetError(f"suffix_masks(missing={missing!r}); give 'background' or 'error'")
@@ -120,19 +123,38 @@ def suffix_masks(images: str | Path, masks: str | Path | None = None, suffix: st
     base = image_store.root if same else stores.parent(image_store.root)
     present = set(mask_files)
     out: dict[str, ImageTargets] = {}
+    paired: dict[str, str] = {}  # mask -> the image it pairs with
+
+    def named_as_mask(rel: str) -> bool:  # case aside: a name that differs only in case is refused, not skipped
+        p = PurePosixPath(rel)
+        return p.stem.lower().endswith(suffix.lower()) and p.suffix.lower() == mask_ext.lower()
+
     for rel in _under(files, "", suffixes):
         image = PurePosixPath(rel)
-        if same and image.stem.endswith(suffix) and image.suffix == mask_ext:
+        if same and named_as_mask(rel):
             continue  # a mask beside its image
         mask = (image.parent / f"{image.stem}{suffix}{mask_ext}").as_posix()
         key = _relative(image_store.url(rel), base)
         if mask in present:
+            if mask in paired:
+                raise TargetError(f"{image_store.url(paired[mask])} and {image_store.url(rel)} both pair with "
+                                  f"{mask_store.url(mask)} (one stem, two extensions); rename one image, or give each "
+                                  "its own mask")
+            paired[mask] = rel
             out[key] = ImageTargets(mask=_relative(mask_store.url(mask), base), source=f"suffix {suffix!r}")
         elif missing == "error":
             raise TargetError(f"{image_store.url(rel)}: no mask {mask_store.url(mask)}; add it, or pass "
                               "missing='background' to read images without a mask as all background")
         else:
             out[key] = ImageTargets(mask=None, source=f"suffix {suffix!r}")
+    for mask in mask_files:
+        if suffix and named_as_mask(mask) and mask not in paired:
+            m = PurePosixPath(mask)
+            image = (m.parent / m.stem[:-len(suffix)]).as_posix()
+            raise TargetError(f"{mask_store.url(mask)}: a mask that no image pairs with (the rule wants "
+                              f"{image_store.url(image)}<{'|'.join(suffixes)}>, the name matched exactly, case "
+                              f"included, and the mask named <stem>{suffix}{mask_ext}); rename the mask or its image, "
+                              "or remove it: its image would read as all background")
     return TargetTable(out, base=base)
 
 

@@ -138,3 +138,59 @@ def test_an_index_made_from_annotations_says_how_to_update_it(tmp_path):
     index = SampleIndex.from_annotations(tmp_path / "det", read_coco(path, tmp_path / "det"))
     with pytest.raises(ConfigError, match="made by SampleIndex.from_annotations"):
         index.update()
+
+
+def test_update_reports_a_sample_whose_mask_file_was_deleted(tmp_path, caplog):
+    # suffix_masks' missing="background" reads an image without a mask as all background: after a mask is
+    # deleted, update must not call the sample "unchanged" while its defect turned into background
+    from dali_backend.index.update import update_index
+    from dali_backend.targets import suffix_masks
+
+    mask = np.zeros((20, 30), np.uint8)
+    mask[5:10, 5:10] = 1
+    for stem in ("x", "y"):
+        (tmp_path / "images/a").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "masks/a").mkdir(parents=True, exist_ok=True)
+        cv2.imwrite(str(tmp_path / f"images/a/{stem}.png"), np.full((20, 30, 3), 90, np.uint8))
+        cv2.imwrite(str(tmp_path / f"masks/a/{stem}_mask.png"), mask)
+    index = SampleIndex.from_folder(tmp_path / "images", targets=suffix_masks(tmp_path / "images", tmp_path / "masks"))
+    _, kept = update_index(index)
+    assert kept.masks_lost == ()
+    (tmp_path / "masks/a/y_mask.png").unlink()
+    with caplog.at_level("WARNING", logger="dali_backend"):
+        new, report = update_index(index)
+    assert new.annotations.mask_path(1) is None  # the rule's answer: now all background
+    assert report.masks_lost == ("a/y.png",)
+    assert "1 sample lost its mask file (now all background: a/y.png)" in str(report)
+    assert any("a/y.png" in r.getMessage() and "../masks/a/y_mask.png" in r.getMessage() for r in caplog.records)
+
+
+def test_a_table_whose_keys_match_no_sample_is_refused(tmp_path):
+    # COCO file_names relative to data/det ("images/000.png") read without root= and joined with an index of
+    # data/ (class folder det): every image got no box, and the index claimed boxes
+    path = generate_detection(tmp_path / "data" / "det", n=3)
+    assert json.loads(path.read_text())["images"][0]["file_name"] == "images/000.png"
+    with pytest.raises(TargetError, match=r"none of the 3 annotated images is a sample of this index \(the key "
+                                          r"'images/000.png' looked up under .*data, where the first sample is "
+                                          r"'det/images/000.png'\); give the reader the folder its paths are relative to"):
+        SampleIndex.from_folder(tmp_path / "data", targets=read_coco(path))
+    index = SampleIndex.from_folder(tmp_path / "data", targets=read_coco(path, tmp_path / "data" / "det"))
+    assert len(index.annotations.boxes) == len(json.loads(path.read_text())["annotations"]) > 0
+
+
+def test_a_binary_mask_with_two_foreground_values_is_refused_when_read(mvtec):
+    # binary masks are read as 0/1 (mask > 0): a mask of classes 0, 1, 2 (a multi-class mask indexed without its
+    # num_classes, e.g. --masks suffix:_mask without --mask-classes) merged classes 1 and 2 without a word
+    path = mvtec / "plate" / "ground_truth" / "stain" / "001_mask.png"
+    mask = cv2.imread(str(path), 0)
+    assert set(np.unique(mask)) == {0, 255}
+    mask[:3, :5], mask[3:4, :2] = 1, 2
+    cv2.imwrite(str(path), mask)
+    index = SampleIndex.from_mvtec(mvtec, "plate", "test")
+    reader = SampleReader.for_index(index, seed=0)
+    i = list(index.paths).index("test/stain/001.png")
+    with pytest.raises(TargetError, match=r"stain/001_mask.png: a binary mask \(0 and one foreground value, read as "
+                                          r"0/1\) holds the foreground values 1 \(15 pixels\), 2 \(2 pixels\), 255 "
+                                          r"\(.* pixels\); .*num_classes=256"):
+        index.annotations.read_mask(reader, i, (40, 48))
+    assert index.annotations.read_mask(reader, i - 1, (40, 48)).max() == 1  # a 0/255 mask: read as 0/1

@@ -113,3 +113,25 @@ def test_load_mask_reads_the_ids_unchanged(tmp_path):
     (tmp_path / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\nxx")
     with pytest.raises(TargetError, match=r"bad.png: cannot be read as an image"):
         load_mask(tmp_path / "bad.png", (4, 5), 7)
+
+
+@pytest.mark.parametrize("name", ["masks/a/x_mask.png", "masks/a/X_mask.PNG", "masks/b/x_mask.png"])
+def test_the_suffix_rule_refuses_a_mask_no_image_pairs_with(tmp_path, name):
+    # a mask whose name differs from its image's in case, extension case or folder would leave the image
+    # all background: its defect lost without a word
+    png(tmp_path / "images/a/X.png", np.zeros((4, 4, 3), np.uint8))
+    png(tmp_path / name, np.zeros((4, 4), np.uint8))
+    with pytest.raises(TargetError, match=rf"{name}: a mask that no image pairs with .*images/{name[6:-len('_mask.png')]}"):
+        suffix_masks(tmp_path / "images", tmp_path / "masks")
+    (tmp_path / name).unlink()
+    png(tmp_path / "images/a/X_mask.PNG", np.zeros((4, 4), np.uint8))  # beside its image, another extension case
+    with pytest.raises(TargetError, match=r"images/a/X_mask.PNG: a mask that no image pairs with"):
+        suffix_masks(tmp_path / "images", mask_ext=".png", suffixes=(".png",))
+
+
+def test_the_suffix_rule_refuses_two_images_that_share_one_mask(tmp_path):
+    png(tmp_path / "images/a/x.png", np.zeros((4, 4, 3), np.uint8))
+    png(tmp_path / "images/a/x.jpg", np.zeros((4, 4, 3), np.uint8))
+    png(tmp_path / "masks/a/x_mask.png", np.zeros((4, 4), np.uint8))
+    with pytest.raises(TargetError, match=r"images/a/x.jpg and .*images/a/x.png both pair with .*masks/a/x_mask.png"):
+        suffix_masks(tmp_path / "images", tmp_path / "masks")
