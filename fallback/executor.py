@@ -106,7 +106,8 @@ class _Uint8View(Dataset):
     def _bad(self, draw: Draw, error: BadImageError, stages: dict) -> tuple:
         """A bad draw's sample: blank, served ``SERVED_BAD``, with the error's fields for the loader."""
         spec = self.dataset.spec
-        blank = np.zeros((1 if spec.color == "gray" else 3, spec.height, spec.width), np.uint8)
+        blank = np.zeros((1 if spec.color == "gray" else 3, spec.height, spec.width),
+                         np.uint16 if spec.batch_bits == 16 else np.uint8)
         targets = ({"mask": np.zeros((1, *blank.shape[1:]), np.uint8), "boxes": np.zeros((0, 4), np.float32),
                     "box_labels": np.zeros(0, np.int64), "dropped": 0},) if self.targets else ()
         return (blank, -1, np.array([draw.index, SERVED_BAD, draw.position, draw.epoch], np.int64),
@@ -129,7 +130,7 @@ def pad_images(images: list[np.ndarray], multiple: int) -> tuple[np.ndarray, np.
     height and width rounded up to a multiple of ``multiple``; and the valid sizes ``[B, 2]``."""
     sizes = np.array([im.shape[1:] for im in images], dtype=np.int64).reshape(-1, 2)
     h, w = (-(-sizes.max(axis=0) // multiple) * multiple).tolist() if len(images) else (0, 0)
-    out = np.zeros((len(images), images[0].shape[0] if images else 1, h, w), dtype=np.uint8)
+    out = np.zeros((len(images), images[0].shape[0] if images else 1, h, w), dtype=images[0].dtype if images else np.uint8)
     for k, im in enumerate(images):
         out[k, :, :im.shape[1], :im.shape[2]] = im
     return out, sizes

@@ -85,7 +85,7 @@ from dali_backend.transforms.resample import owned, resize  # noqa: E402,F401
 # ----------------------------------------------------------------------------------------- composition
 def apply_spec(decoded: Image, spec: AugmentSpec, params: list[dict]) -> NDArray[np.uint8]:
     """Every operation of ``spec.transforms`` with its drawn ``params`` (:meth:`AugmentSpec.make_params`);
-    returns channel-first uint8 ``[C, H, W]`` (C = 1 or 3)."""
+    returns channel-first uint8 ``[C, H, W]`` (C = 1 or 3; uint16 where ``spec.batch_bits`` is 16)."""
     img = decoded
     for op, p in zip(spec.transforms, params, strict=True):
         if not op.is_identity:

@@ -14,7 +14,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from .amplification import AmplificationWarning, warn_amplification  # noqa: F401 (AmplificationWarning: re-exported)
-from .depth import check_order, source_refusal, window_position
+from .depth import check_order, check_through, source_refusal, window_position
 from ..errors import ConfigError
 from ..transforms import Clahe, ColorJitter, Grayscale, Normalize, RandomRotation, Resize, ToDtype, Transform
 from ..transforms.base import Param, uniforms
@@ -97,6 +97,10 @@ class AugmentSpec:
             width, rounded up to a multiple of ``pad_batch`` (1: no rounding; 32 for most detectors).
             The loader then yields ``(images, labels, sizes)``, ``sizes`` int64 ``[B, 2]`` the valid
             ``(height, width)`` of each image (top-left). None (default): every image ends at one size.
+        decode_bits: 16 (operation lists without a ``Window``): decode every image at 16 bits (8-bit files
+            promoted ``x * 257``), run the operations on uint16 (each must take 16 bits) and normalise the
+            float output from all of them, ``(x / 65535 - mean) / std``. None (default): 16 bits up to a
+            ``Window`` when the list holds one, else 8 (see :mod:`dali_backend.core.depth`).
     """
 
     size: tuple[int, int] | int = _D
@@ -112,6 +116,7 @@ class AugmentSpec:
     ops: tuple[Transform, ...] | None = None
     channels_last: bool = False
     pad_batch: int | None = None
+    decode_bits: int | None = None
 
     def __post_init__(self):
         if self.ops is None:
@@ -126,6 +131,13 @@ class AugmentSpec:
                                            or isinstance(self.pad_batch, bool) or not 1 <= self.pad_batch <= 4096):
             raise ConfigError(f"AugmentSpec.pad_batch={self.pad_batch!r}; an integer multiple in [1, 4096] to pad "
                               "each batch's height and width to (1: the largest image, no rounding), or None")
+        if self.decode_bits not in (None, 8, 16) or isinstance(self.decode_bits, bool):
+            raise ConfigError(f"AugmentSpec.decode_bits={self.decode_bits!r}; use 16 (a float output from all 16 bits) "
+                              "or None (16 bits up to a Window, else 8)")
+        if self.decode_bits == 8 and window_position(self.transforms) is not None:
+            raise ConfigError("AugmentSpec(decode_bits=8): the Window in ops takes 16-bit values; drop decode_bits")
+        if self.decode_bits == 16 and window_position(self.transforms) is None:
+            check_through(self.transforms, self.dtype, self.ops is None)
         offsets, total = [], 0
         for op in self.transforms + self.batch_ops:  # batch operations' blocks come after the pixel ones'
             offsets.append(total)
@@ -151,8 +163,9 @@ class AugmentSpec:
             parts.append(f"dtype={self.dtype!r}")
         if self.channels_last:
             parts.append("channels_last=True")
-        if self.pad_batch is not None:
-            parts.append(f"pad_batch={self.pad_batch!r}")
+        for name in ("pad_batch", "decode_bits"):
+            if getattr(self, name) is not None:
+                parts.append(f"{name}={getattr(self, name)!r}")
         return f"AugmentSpec({', '.join(parts)})"
 
     def _set(self, name: str, value) -> None:
@@ -340,9 +353,15 @@ class AugmentSpec:
 
     @property
     def bit_depth(self) -> int:
-        """Bits per value the images are decoded to: 16 when the operations hold a ``Window`` (8-bit
-        files promoted ``x * 257``), else 8 (see :mod:`dali_backend.core.depth`)."""
-        return 8 if window_position(self.transforms) is None else 16
+        """Bits per value the images are decoded to: 16 when the operations hold a ``Window`` or
+        ``decode_bits=16`` (8-bit files promoted ``x * 257``), else 8 (see :mod:`dali_backend.core.depth`)."""
+        return 16 if self.decode_bits == 16 or window_position(self.transforms) is not None else 8
+
+    @property
+    def batch_bits(self) -> int:
+        """Bits per value of the batches both executors hand to :func:`~dali_backend.core.tensors.normalize`:
+        16 (uint16) for ``decode_bits=16`` without a ``Window``, else 8 (uint8)."""
+        return 16 if self.decode_bits == 16 and window_position(self.transforms) is None else 8
 
     def depth_refusal(self, bits: int) -> str | None:
         """Why an image of ``bits`` bits per value cannot go through this spec (it would lose bits), or None."""
@@ -437,10 +456,12 @@ class AugmentSpec:
         return letterbox_size(height, width, self.height, self.width)
 
     def normalize_coefficients(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(scale, shift)`` per output channel so that ``out = x * scale + shift`` for uint8 ``x``."""
+        """``(scale, shift)`` per output channel so that ``out = x * scale + shift`` for the batches' ``x``
+        (uint8, or uint16 where :attr:`batch_bits` is 16: ``x / 65535``)."""
         std = np.asarray(self.std, dtype=np.float64)
         mean = np.asarray(self.mean, dtype=np.float64)
-        return (1.0 / (255.0 * std)).astype(np.float32), (-mean / std).astype(np.float32)
+        top = float((1 << self.batch_bits) - 1)
+        return (1.0 / (top * std)).astype(np.float32), (-mean / std).astype(np.float32)
 
 
 class AugParams(NamedTuple):

@@ -152,8 +152,8 @@ class Batch:
     here, for both executors and the facade.
 
     Attributes:
-        images: uint8 ``[B, C, H, W]`` (C = 1 in gray mode), augmented, not yet normalised; on the
-            executor's ``device``.
+        images: uint8 ``[B, C, H, W]`` (C = 1 in gray mode; uint16 where ``spec.batch_bits`` is 16),
+            augmented, not yet normalised; on the executor's ``device``.
         labels: int64 ``[B]``, the served samples' labels, on the same device.
         planned, served, positions, epochs: int64 ``[B]`` numpy arrays: the sample drawn, the sample
             served (differs where ``on_error="skip"`` replaced a bad file), the draw's position in the

@@ -1,8 +1,9 @@
 """The last steps of the contract on torch tensors, shared by both backends (CPU or CUDA).
 
-Both backends hand over uint8 ``[B, C, H, W]`` (C = 1 in gray mode); channel replication and
-normalisation happen here, once per batch, on the batch's device. One function, so the two
-backends' float outputs are bitwise equal whenever their uint8 pixels are.
+Both backends hand over uint8 ``[B, C, H, W]`` (C = 1 in gray mode; uint16 for a spec whose
+``batch_bits`` is 16: ``decode_bits=16`` without a Window); channel replication and normalisation
+happen here, once per batch, on the batch's device. One function, so the two backends' float outputs
+are bitwise equal whenever their pixels are.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def normalize(batch: torch.Tensor, spec: AugmentSpec) -> torch.Tensor:
-    """uint8 ``[..., C, H, W]`` (C = 1 or 3) -> the spec's output: ``spec.out_channels`` channels (gray
-    replicated to 3 unless the spec keeps 1), normalised float (or uint8), channels-last if asked."""
+    """uint8 ``[..., C, H, W]`` (C = 1 or 3; uint16 where ``spec.batch_bits`` is 16) -> the spec's output:
+    ``spec.out_channels`` channels (gray replicated to 3 unless the spec keeps 1), normalised float (or
+    uint8), channels-last if asked. uint8 on the CPU: a 256-entry table; otherwise ``addcmul``."""
     c = getattr(spec, "out_channels", 3)
     if batch.shape[-3] == 1 and c == 3:
         batch = batch.expand(*batch.shape[:-3], 3, *batch.shape[-2:])

@@ -76,7 +76,7 @@ def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, de
         decode_args = {"hw_decoder_load": hw_decoder_load, **registry.dali_decoder_args(True)} if gpu \
             else registry.dali_decoder_args(False)
         decode_args.update(device="mixed" if gpu else "cpu", output_type=types.GRAY if spec.color == "gray" else types.RGB)
-        if spec.bit_depth == 16:  # a spec with a Window: uint16 values up to it (8-bit files promoted x * 257)
+        if spec.bit_depth == 16:  # a Window (uint16 up to it) or decode_bits=16 (8-bit files promoted x * 257)
             decode_args["dtype"] = types.UINT16
         shape = fn.peek_image_shape(jpegs, dtype=types.INT32)  # after EXIF orientation, like the decoder
         ctx = GraphContext(gpu=gpu, channels=spec.channels, hw=(shape[0], shape[1]), bits=spec.bit_depth)
@@ -98,11 +98,11 @@ def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, de
                 mask = fn.pad(mask, axis_names="HW", align=[spec.pad_batch, spec.pad_batch], fill_value=0)
             extra = (_chw(fn, mask, 1),)
         if spec.pad_batch is None:
-            return (_chw(fn, images, spec.channels), labels, slots) + extra
+            return (_output(fn, types, images, spec), labels, slots) + extra
         # variable-size outputs: each image's size, then the batch padded to its largest (rounded up)
         sizes = images.shape(dtype=types.INT64)
         images = fn.pad(images, axis_names="HW", align=[spec.pad_batch, spec.pad_batch], fill_value=0)
-        return (_chw(fn, images, spec.channels), labels, slots, sizes) + extra
+        return (_output(fn, types, images, spec), labels, slots, sizes) + extra
 
     @dali.pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id if gpu else None,
                        py_num_workers=py_num_workers, py_start_method=py_start_method,
@@ -126,6 +126,14 @@ def _chw(fn, images, channels: int):
     if channels == 1:
         return fn.reshape(images, src_dims=[2, 0, 1], layout="CHW")
     return fn.transpose(images, perm=[2, 0, 1])
+
+
+def _output(fn, types, images, spec: AugmentSpec):
+    """The images as handed over, ``[C, H, W]``; uint16 batches (``spec.batch_bits`` 16) as int16 of the same
+    bits (``fn.reinterpret``, no copy): DALI's PyTorch iterator has no uint16 type, and
+    :func:`~dali_backend.dali.handoff.as_uint16` views them back."""
+    images = _chw(fn, images, spec.channels)
+    return fn.reinterpret(images, dtype=types.INT16) if spec.batch_bits == 16 else images
 
 
 def _plain_fragment(op, images, params: dict, ctx: GraphContext):

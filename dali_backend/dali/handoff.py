@@ -22,6 +22,12 @@ from contextlib import nullcontext
 import torch
 
 
+def as_uint16(images: torch.Tensor) -> torch.Tensor:
+    """A batch of 16-bit values back to uint16: DALI's PyTorch iterator knows no uint16, so the graph hands
+    them over as int16 of the same bits (``dali.graph``); a view, no copy. Other dtypes are returned as they are."""
+    return images.view(torch.uint16) if images.dtype == torch.int16 else images
+
+
 class DeviceHandoff:
     """Copies GPU tensors out of a producer's memory and holds the producer's objects until the copy ran.
 

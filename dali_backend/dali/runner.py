@@ -33,7 +33,7 @@ from ..util.memory import BATCHES_PER_TRIM, EveryNth
 from ..core.reading import SERVED_BAD
 from ..core.transfer import to_device
 from .devices import choose_start_method, local_ranks
-from .handoff import DeviceHandoff
+from .handoff import DeviceHandoff, as_uint16
 from .targetgraph import batch_targets
 from ..transforms.targets import BoxPolicy
 from .wire import ROW, Col, DrawSource, SlotRing, note_bytes, read_bad_draw, read_params
@@ -462,7 +462,7 @@ class DaliRunner:
             images = images[:, :, :h, :w]
         targets = batch_targets(self.ring, self.kinds, out, keep, rows, good, None if sizes is None else (h, w)) \
             if self.kinds else {}
-        return Batch(images=images, labels=labels, planned=rows[:, Col.INDEX], served=served,
+        return Batch(images=as_uint16(images), labels=labels, planned=rows[:, Col.INDEX], served=served,
                      positions=rows[:, Col.POSITION], epochs=rows[:, Col.EPOCH], params=params, bad=bad,
                      stages={"read": read_s}, in_flight=len(self._queue), sizes=sizes, **targets)
 

@@ -233,3 +233,31 @@ def test_16_bit_specs_decode_to_uint16_and_window_on_the_device(device, color):
     eight = define_graph(AugmentSpec(ops=[CenterCrop(64), Clahe()]), device)  # an 8-bit spec: the default dtype
     decoder = next(i for i in eight._ops if "decoders__" in str(i.spec).splitlines()[0])
     assert f"\n    dtype: {int(types.UINT16)}\n" not in str(decoder.spec)
+
+
+@pytest.mark.parametrize("device", ["gpu", "cpu"])
+@pytest.mark.parametrize("color", ["rgb", "gray"])
+def test_16_bit_float_specs_hand_over_uint16_bits_from_the_device(device, color):
+    """``decode_bits=16`` without a Window: the decoder gets dtype=UINT16, every operation runs on the
+    device at 16 bits, and the batch leaves as int16 of the same bits (``Reinterpret``, on the device: DALI's
+    PyTorch iterator has no uint16), padded first for variable-size batches."""
+    from nvidia.dali import types
+
+    from dali_backend.transforms import RandomAffine, RandomHorizontalFlip, RandomRotation
+
+    for ops, pad in (([RandomHorizontalFlip(), RandomCrop(40), Resize((30, 20))], None),
+                     ([RandomResizedCrop((23, 41)), RandomRotation(10), RandomAffine(5, scale=(0.9, 1.1))], None),
+                     ([CenterCrop(64), Resize(29, max_size=40)], 8)):
+        spec = AugmentSpec(ops=([Grayscale()] if color == "gray" else []) + ops, decode_bits=16, pad_batch=pad)
+        pipe = define_graph(spec, device)
+        nodes = graph_nodes(pipe)
+        if pad is None:  # padded batches read each image's size on the host (_Shape)
+            check_placement(nodes, device)
+        if device == "gpu":
+            check_registered(nodes)
+        decoder = next(i for i in pipe._ops if "decoders__" in str(i.spec).splitlines()[0])
+        assert f"\n    dtype: {int(types.UINT16)}\n" in str(decoder.spec), str(decoder.spec)
+        assert [n["device"] for n in nodes if n["op"] == "Reinterpret"] == [device]
+        handed = [i for i in pipe._ops if str(i.spec).startswith("OpSpec for Reinterpret")]
+        assert len(handed) == 1 and f"\n    dtype: {int(types.INT16)}\n" in str(handed[0].spec), str(handed[0].spec)
+        assert not any(n["op"].startswith("LookupTable") for n in nodes)  # no Window: no 8-bit step at all
