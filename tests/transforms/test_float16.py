@@ -143,3 +143,22 @@ def test_a_16_bit_file_under_an_8_bit_float_spec_names_decode_bits():
                                           r"AugmentSpec\(\.\.\., decode_bits=16\)"):
         check_served(AugmentSpec(ops=[T.RandomHorizontalFlip(), T.CenterCrop(8)]), data, "x.png")
     check_served(AugmentSpec(ops=[T.RandomHorizontalFlip(), T.CenterCrop(8)], decode_bits=16), data, "x.png")
+
+
+def test_the_end_to_end_rows_compare_16_bit_levels(low_bits_pair):
+    """bench.equivalence's end-to-end16 rows (run by bench/gpu_check.sh on DALI's GPU operators): the levels
+    behind a decode_bits=16 float output, bounded on the CPU by the rotation's TOLERANCE16, none on the GPU."""
+    from bench.equivalence import _bound_text, bound, compare_end_to_end
+    from dali_backend import WeightedSampler
+
+    assert bound("end-to-end16:gray", "cpu") == (None, None, T.RandomRotation.tolerance16())
+    assert bound("end-to-end16:rgb", "gpu") == (None, None, None)
+    assert _bound_text("end-to-end16:gray", "cpu") == "max <= 128 (16-bit levels)"
+    index, _ = low_bits_pair
+    spec = AugmentSpec(ops=[T.Grayscale(), T.RandomHorizontalFlip(), T.Resize((24, 20)), T.Normalize((MEAN,), (STD,))],
+                       decode_bits=16)
+    stats = compare_end_to_end(ImageDataset(index, spec, seed=3), WeightedSampler(index, seed=1), batch_size=2)
+    assert stats["labels_equal"] and stats["pixels"] == 2 * 24 * 20 and stats["max"] == 0  # resize: exact
+    rotated = AugmentSpec(ops=[T.Grayscale(), T.RandomRotation((9, 9)), T.CenterCrop(24)], decode_bits=16)
+    stats = compare_end_to_end(ImageDataset(index, rotated, seed=3), WeightedSampler(index, seed=1), batch_size=2)
+    assert 0 < stats["max"] <= 128 and stats["mean"] < 2  # levels of 65535 (x / 65535 undone), not floats
