@@ -11,7 +11,9 @@ not; and a user's ``worker_init_fn`` runs in a thread of this process, not in a 
 Measured on a loaded 2-core machine: see ``docs/benchmarks.md``.
 
 Each pool thread runs its work on one torch intra-op thread (torch's setting is per thread, so the
-training process's own setting is untouched), as a DataLoader worker does. ``num_workers=0`` makes
+training process's own setting is untouched), as a DataLoader worker does; OpenCV's setting is the
+process's, so its own thread pool is off while a pool of these threads runs (:class:`_OpenCVPoolOff`:
+the setting found before comes back when the last one closes). ``num_workers=0`` makes
 each batch in the calling thread, on demand. ``prefetch_factor`` keeps its DataLoader meaning: at most
 ``num_workers * prefetch_factor`` batches in flight (default 2 per thread).
 """
@@ -19,6 +21,7 @@ each batch in the calling thread, on demand. ``prefetch_factor`` keeps its DataL
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from collections import deque
@@ -41,6 +44,41 @@ from .samples import Uint8Samples, batch_of, collate_uint8
 # a wait for a batch looks at close() and the user's timeout this often (seconds)
 WAIT_POLL_S = 0.05
 THREAD_PREFIX = "dali_backend-threads"  # the pool threads' names (threading.enumerate() shows them)
+
+
+class _OpenCVPoolOff:
+    """OpenCV's own thread pool off in this process while any thread executor's pool runs, then the
+    setting found before restored: the executor's threads are the parallelism, as a DataLoader worker's
+    process is (each sets ``cv2.setNumThreads(0)``). Left on, each operation also fanned out to
+    OpenCV's pool, whose threads fought the executor's for the cores (measured on the loaded 2-core
+    machine: the contract's operations 8.6 ms per 640x480 image in one thread with OpenCV's 2 threads,
+    4.9 ms without). Only the process that turned it off turns it back (``0`` is the value that is safe
+    in a forked child: the FACTS)."""
+
+    def __init__(self):
+        self.lock, self.users, self.before, self.pid = threading.Lock(), 0, None, None
+
+    def acquire(self) -> None:
+        import cv2
+
+        with self.lock:
+            if self.users == 0 or self.pid != os.getpid():
+                self.users, self.before, self.pid = 0, cv2.getNumThreads(), os.getpid()
+                cv2.setNumThreads(0)
+            self.users += 1
+
+    def release(self) -> None:
+        import cv2
+
+        with self.lock:
+            if self.pid != os.getpid() or self.users == 0:
+                return
+            self.users -= 1
+            if self.users == 0:
+                cv2.setNumThreads(self.before)
+
+
+OPENCV_POOL = _OpenCVPoolOff()
 
 
 def _start_thread(worker_init_fn: Callable | None, numbers: itertools.count) -> None:
@@ -92,6 +130,7 @@ class ThreadExecutor:
             if self._closed:
                 raise LoaderClosedError("the DaliLoader was closed; start a new pass with a new DaliLoader")
             if self._pool is None:  # the initializer holds no reference to self: a dropped loader's pool goes too
+                OPENCV_POOL.acquire()
                 self._pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix=THREAD_PREFIX,
                                                 initializer=_start_thread,
                                                 initargs=(self._worker_init_fn, itertools.count()))
@@ -174,6 +213,7 @@ class ThreadExecutor:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+            OPENCV_POOL.release()
 
     def recover(self, failure: BaseException) -> None:
         """Nothing this executor raises can be repaired in place."""
@@ -183,3 +223,4 @@ class ThreadExecutor:
         pool = self.__dict__.get("_pool")
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+            OPENCV_POOL.release()

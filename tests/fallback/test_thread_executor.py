@@ -189,3 +189,26 @@ def test_the_registry_and_the_command_line_offer_it(ds, capsys):
     assert rc == 0 and "torch-threads" in out
     with pytest.warns(UserWarning, match="multiprocessing_context='spawn' has no effect on the torch-threads"):
         DaliLoader(ds, batch_size=4, num_workers=1, backend="torch-threads", multiprocessing_context="spawn").close()
+
+
+def test_opencvs_own_pool_is_off_while_threads_run_and_restored_after(ds):
+    """The executor's threads are the parallelism: OpenCV's pool (which fought them for the cores) is off
+    while a pool of threads runs, and the setting found before is back once the last one closes."""
+    before = cv2.getNumThreads()
+    cv2.setNumThreads(2)
+    try:
+        inline = DaliLoader(ds, batch_size=8, num_workers=0, backend="torch-threads")
+        next(iter(inline))
+        assert cv2.getNumThreads() == 2  # in the calling thread: OpenCV's pool is the only parallelism
+        a = DaliLoader(ds, batch_size=8, num_workers=2, backend="torch-threads")
+        b = DaliLoader(ds, batch_size=8, num_workers=1, backend="torch-threads")
+        next(iter(a))
+        next(iter(b))
+        assert cv2.getNumThreads() == 1  # setNumThreads(0): no pool
+        a.close()
+        assert cv2.getNumThreads() == 1  # b still runs
+        b.close()
+        inline.close()
+        assert cv2.getNumThreads() == 2
+    finally:
+        cv2.setNumThreads(before)
