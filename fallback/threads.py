@@ -116,13 +116,14 @@ class ThreadExecutor:
         self.depth = self.num_workers * (prefetch_factor or 2)  # batches in flight (0: made on demand)
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self._samples = Uint8Samples(dataset, on_error, with_params, timed, clips)
+        self._frames = clips.clip_len if clips is not None else 1  # a clip's frames stay in one share
         self._pad = dataset.spec.pad_batch
         self._worker_init_fn = worker_init_fn
         self._trim = EveryNth(BATCHES_PER_TRIM)
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()  # the pool: started and shut down by one thread at a time
         self._closed = False
-        self._pending: deque[Future] = deque()  # the running pass's batches in flight, in order
+        self._pending: deque[list[Future]] = deque()  # the running pass's batches in flight (their shares), in order
 
     # ------------------------------------------------------------------ the pool
     def _threads(self) -> ThreadPoolExecutor:
@@ -136,12 +137,19 @@ class ThreadExecutor:
                                                 initargs=(self._worker_init_fn, itertools.count()))
             return self._pool
 
-    def _make(self, draws: list[Draw]) -> tuple:
-        """One batch, collated (in a pool thread, or in the calling thread without threads)."""
-        collated = collate_uint8(self._samples.__getitems__(draws), self._pad)
+    def _collate(self, samples: list) -> tuple:
+        """A batch's samples collated (in the loader's thread), pinned when asked."""
+        collated = collate_uint8(samples, self._pad)
         if self.pin_memory:
             collated = (collated[0].pin_memory(), collated[1].pin_memory(), *collated[2:])
         return collated
+
+    def _submit(self, pool: ThreadPoolExecutor, draws: list[Draw]) -> list[Future]:
+        """A batch cut into one share per thread (whole clips each), each share made by a pool thread:
+        the batch is ready when its slowest share is, so the first batch of a pass comes ``num_workers``
+        times sooner than if one thread made it (throughput is the same: every thread stays busy)."""
+        step = -(-len(draws) // (self.num_workers * self._frames)) * self._frames
+        return [pool.submit(self._samples.__getitems__, draws[k:k + step]) for k in range(0, len(draws), step)]
 
     # ------------------------------------------------------------------ the executor protocol
     def run(self, rows: np.ndarray, key=None, plan_next=None):
@@ -153,7 +161,7 @@ class ThreadExecutor:
         if self.depth == 0:
             for draws in batches:
                 self._check_open()
-                collated = self._make(draws)
+                collated = self._collate(self._samples.__getitems__(draws))
                 self._trim()
                 yield batch_of(collated, self.with_params, 0)
             return
@@ -161,47 +169,56 @@ class ThreadExecutor:
         self._pending = pending
         try:
             for draws in itertools.islice(batches, self.depth):
-                pending.append(pool.submit(self._make, draws))
+                pending.append(self._submit(pool, draws))
             while pending:
-                collated = self._wait(pending[0])
+                samples = self._wait(pending[0])
                 pending.popleft()
                 for draws in itertools.islice(batches, 1):  # keep `depth` batches in flight
-                    pending.append(pool.submit(self._make, draws))
+                    pending.append(self._submit(pool, draws))
+                collated = self._collate(samples)
                 self._trim()  # earlier batches are gone by now: keep RSS flat
                 yield batch_of(collated, self.with_params, len(pending))
         finally:  # the pass ended, was left (break, an error) or its iterator deleted: drop what is ahead
-            for future in pending:
-                future.cancel()
-            pending.clear()
+            self._drop(pending)
 
     def _check_open(self) -> None:
         if self._closed:
             raise LoaderClosedError("the DaliLoader was closed while this iterator was open; start a new pass "
                                     "with a new DaliLoader")
 
-    def _wait(self, future: Future) -> tuple:
-        """The batch of ``future``, waited for in steps of ``WAIT_POLL_S``: between steps the wait stops
-        for ``close()`` and at the user's ``timeout``."""
+    def _wait(self, shares: list[Future]) -> list:
+        """The samples of a batch's ``shares``, in order, waited for in steps of ``WAIT_POLL_S``: between
+        steps the wait stops for ``close()`` and at the user's ``timeout`` (for the whole batch)."""
         deadline = time.monotonic() + self.timeout if self.timeout > 0 else None
-        while True:
-            self._check_open()
-            step = WAIT_POLL_S if deadline is None else min(WAIT_POLL_S, max(deadline - time.monotonic(), 1e-6))
-            try:
-                return future.result(timeout=step)
-            except FutureTimeout:
-                pass
-            if deadline is not None and time.monotonic() >= deadline:
-                raise LoaderTimeoutError(f"no batch within timeout={self.timeout:g} s (slow storage or threads? raise "
-                                         "timeout=, or 0 for none)")
+        samples: list = []
+        for future in shares:
+            while True:
+                self._check_open()
+                step = WAIT_POLL_S if deadline is None else min(WAIT_POLL_S, max(deadline - time.monotonic(), 1e-6))
+                try:
+                    samples += future.result(timeout=step)
+                    break
+                except FutureTimeout:
+                    pass
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise LoaderTimeoutError(f"no batch within timeout={self.timeout:g} s (slow storage or threads? "
+                                             "raise timeout=, or 0 for none)")
+        return samples
 
     def worker_pids(self) -> list[int]:
         """No worker processes: the threads' CPU is the training process's own."""
         return []
 
+    @staticmethod
+    def _drop(pending: deque) -> None:
+        for shares in list(pending):
+            for future in shares:
+                future.cancel()
+        pending.clear()
+
     def abandon(self) -> None:
         """A pass ended early with an error: its batches ahead are dropped (the threads stay for the next)."""
-        for future in list(self._pending):
-            future.cancel()
+        self._drop(self._pending)
 
     def close(self) -> None:
         """Stop the threads for good: queued batches are dropped, a thread making one ends when it is made

@@ -212,3 +212,28 @@ def test_opencvs_own_pool_is_off_while_threads_run_and_restored_after(ds):
         assert cv2.getNumThreads() == 2
     finally:
         cv2.setNumThreads(before)
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_clips_with_a_bad_frame_are_replaced_whole_as_on_worker_processes(tmp_path, workers):
+    """A batch is cut into one share per thread, whole clips each (a clip with a bad frame is replaced
+    whole under skip): the same clips, parameters and pixels as DataLoader workers."""
+    from dali_backend import ClipSampler, SampleIndex
+    from dali_backend.transforms import RandomHorizontalFlip, RandomResizedCrop
+    from tests.sampling.test_clips import SKIP_LAYOUT, make_sequences
+
+    root = make_sequences(tmp_path / "data", SKIP_LAYOUT)
+    index = SampleIndex.from_folder(root, progress=False)
+    (root / "ok/a/f5.jpg").write_bytes(b"\0" * (root / "ok/a/f5.jpg").stat().st_size)
+    runs = {}
+    for backend, w in (("torch", 2), ("torch-threads", workers)):
+        sampler = ClipSampler(index, clip_len=3, step=3, mode="uniform", seed=2)
+        ds = ImageDataset(index, AugmentSpec(ops=[RandomResizedCrop(16, scale=(0.5, 1.0)), RandomHorizontalFlip()]),
+                          seed=4, on_error="skip")
+        with DaliLoader(ds, batch_size=2, sampler=sampler, return_meta=True, num_workers=w, backend=backend) as loader:
+            runs[backend] = ([(x, y, m) for x, y, m in loader], loader.stats())
+    (got, gstats), (want, wstats) = runs["torch-threads"], runs["torch"]
+    assert gstats["skipped"] == wstats["skipped"] >= 1 and gstats["skipped_files"] == wstats["skipped_files"]
+    for (x, y, m), (u, v, w) in zip(got, want, strict=True):
+        assert torch.equal(x, u) and torch.equal(y, v) and torch.equal(m["clip"], w["clip"]) and m["path"] == w["path"]
+        assert m["params"] == w["params"]
