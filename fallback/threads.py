@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
+import cv2
 import numpy as np
 import torch
 
@@ -59,8 +61,6 @@ class _OpenCVPoolOff:
         self.lock, self.users, self.before, self.pid = threading.Lock(), 0, None, None
 
     def acquire(self) -> None:
-        import cv2
-
         with self.lock:
             if self.users == 0 or self.pid != os.getpid():
                 self.users, self.before, self.pid = 0, cv2.getNumThreads(), os.getpid()
@@ -68,8 +68,6 @@ class _OpenCVPoolOff:
             self.users += 1
 
     def release(self) -> None:
-        import cv2
-
         with self.lock:
             if self.pid != os.getpid() or self.users == 0:
                 return
@@ -238,6 +236,6 @@ class ThreadExecutor:
 
     def __del__(self):
         pool = self.__dict__.get("_pool")
-        if pool is not None:
+        if pool is not None and not sys.is_finalizing():  # at exit: concurrent.futures joins the threads itself
             pool.shutdown(wait=False, cancel_futures=True)
             OPENCV_POOL.release()
