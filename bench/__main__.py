@@ -232,7 +232,7 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
               f"{sum(stages.values()):.2f} ms): " + ", ".join(f"{k} {v:.3f}" for k, v in stages.items()))
         # the fallback's own: its CPU beyond the reference's (the same operations, as parallel, no loader)
         own = {r["name"]: r.get("overhead_ms_per_image", 1000 * r["cpu_s_per_image"] - sum(stages.values()))
-               for r in results if r["name"] in ("fallback", "clips-fallback")}
+               for r in results if r["name"] in ("fallback", "fallback-threads", "clips-fallback")}
         if any(r["name"] == "dali-cpu" for r in results):
             from .contenders import dali_stage_breakdown
 
@@ -261,7 +261,7 @@ def _run_size(index, root, out_json: Path, png: Path | None, args, names: list[s
     return doc
 
 
-PRESET_LOADERS = ("fallback", "dali-cpu", "dali-gpu")  # loaders of the reference's contract (the preset)
+PRESET_LOADERS = ("fallback", "fallback-threads", "dali-cpu", "dali-gpu")  # loaders of the reference's contract (the preset)
 
 
 def size_mix(index) -> dict:

@@ -10,6 +10,8 @@
 * ``tutorial``: the Dataset style of the tutorial this project grew from (grayscale + CLAHE, then
   rotation and jitter in float at full resolution, then resize) in a DataLoader with all cores.
 * ``fallback``: ``DaliLoader(backend="torch")``, our tuned OpenCV DataLoader.
+* ``fallback-threads``: ``DaliLoader(backend="torch-threads")``, the same work on threads of the loader's
+  process (no worker processes, no batch IPC).
 * ``dali-cpu`` / ``dali-gpu``: ``DaliLoader`` on DALI's CPU or GPU operators.
 * ``recipe-*``: the torchvision ImageNet training recipe (RandomResizedCrop + horizontal flip +
   ColorJitter(0.4, 0.4, 0.4) + Normalize, RGB) on the fallback and on DALI (CPU or GPU); on DALI the
@@ -305,7 +307,7 @@ def contract_sampler(index):
     return WeightedSampler(index, mode="uniform", seed=0)
 
 
-SAME_WORK = ("fallback", "dali-cpu", "dali-gpu", *PEERS)
+SAME_WORK = ("fallback", "fallback-threads", "dali-cpu", "dali-gpu", *PEERS)
 """The contenders whose first batch is set against the fallback's pixels (:func:`levels_difference`)."""
 
 
@@ -351,7 +353,8 @@ def _loader_for(name: str, index, size: tuple[int, int], batch_size: int, worker
         name, sampler, batch_size = name[len("clips-"):], clips, clips_per_batch(batch_size, clips.clip_len)
     else:
         sampler = contract_sampler(index)
-    device, backend = {"fallback": ("cpu", "torch"), "dali-cpu": ("cpu", "dali"), "dali-gpu": ("cuda", "dali")}[name]
+    device, backend = {"fallback": ("cpu", "torch"), "fallback-threads": ("cpu", "torch-threads"), "dali-cpu": ("cpu", "dali"),
+                       "dali-gpu": ("cuda", "dali")}[name]
     return DaliLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=workers, device=device, backend=backend)
 
 

@@ -1,7 +1,8 @@
 """CPU execution of the shared contract: the OpenCV ``ImageDataset`` (:mod:`fallback.dataset`), the
-executor that runs planned batches through a ``DataLoader`` (:mod:`fallback.executor`) and the
-reference operations (:mod:`fallback.ops`). Imports the contract from ``dali_backend``, never DALI,
-never the loader facade.
+executor that runs planned batches through a ``DataLoader`` (:mod:`fallback.executor`), the one that
+runs them on threads of the training process (:mod:`fallback.threads`), the per-sample work both run
+(:mod:`fallback.samples`) and the reference operations (:mod:`fallback.ops`). Imports the contract
+from ``dali_backend``, never DALI, never the loader facade.
 """
 
 from .dataset import ImageDataset

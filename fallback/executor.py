@@ -17,152 +17,23 @@ from collections.abc import Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
+from torch.utils.data import DataLoader, Sampler
 
-from dali_backend.core.boundary import BadDraw, Batch, Plan, Served, plain_params
-from dali_backend.errors import BadImageError, LoaderClosedError, LoaderTimeoutError, LoaderWorkerError
+from dali_backend.core.boundary import Plan
+from dali_backend.errors import LoaderClosedError, LoaderTimeoutError, LoaderWorkerError
 from dali_backend.util.memory import BATCHES_PER_TRIM, EveryNth
-from dali_backend.core.reading import SERVED_BAD, ClipTable
+from dali_backend.core.reading import ClipTable
 from dali_backend.sampling.sampler import Draw
 
 from .dataset import ImageDataset
-from .ops import one_intra_op_thread
+from .samples import Uint8Samples, batch_of, collate_uint8
 
 
-# samples between heap trims in a worker: a trim returns the full-resolution temporaries' pages, which
-# the next image faults in again (measured at 2048x1536 -> 256: every 16 samples cost ~0.9 ms/img
-# beyond the reference, every 32 about 0, RSS growth over the run <= 4 %)
-WORKER_TRIM_EVERY = 32
 # The DataLoader waits for a batch at most this long at a time (its own `timeout`), so that the waiting
 # thread sees close() from another thread and the user's timeout= to this precision: a DataLoader
 # without a timeout waits forever once its workers were shut down under it (torch stops watching
 # workers it shut down itself).
 WAIT_POLL_S = 0.05
-
-
-class _Uint8View(Dataset):
-    """Returns the dataset's uint8 samples (and which sample was served) instead of normalised tensors,
-    with the draw's parameters when the loader asked for them (``return_meta``).
-
-    A bad file under ``on_error="raise"`` is not raised in the worker (torch would re-raise it as text,
-    losing its fields): the sample comes back blank with ``served = SERVED_BAD`` and a
-    :class:`~dali_backend.core.boundary.BadDraw`, and the loader raises :class:`BadImageError` when it
-    reaches that batch, as the DALI path does.
-    """
-
-    def __init__(self, dataset: ImageDataset, on_error: str, with_params: bool = False, timed: bool = True,
-                 clips: ClipTable | None = None):
-        self.dataset, self.on_error, self.with_params, self.timed = dataset, on_error, with_params, timed
-        self.clips = clips if on_error == "skip" else None  # whole clips are replaced under skip
-        self.targets = dataset.index.annotations is not None  # masks and boxes ride with each sample
-        self._trim = EveryNth(WORKER_TRIM_EVERY)  # each worker counts its own samples (its own copy)
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitems__(self, draws: list[Draw]) -> list:
-        """A batch (torch's fetcher calls this with the batch's draws): objects in a bucket are fetched
-        concurrently first, so the batch waits for the network once, then decoded one by one."""
-        if get_worker_info() is None:  # in the training process (num_workers=0): one thread, as a worker
-            with one_intra_op_thread():
-                return self._fetch(draws)
-        return self._fetch(draws)
-
-    def _fetch(self, draws: list[Draw]) -> list:
-        self.dataset.reader.prefetch([d.index for d in draws])
-        if self.clips is not None:
-            T = self.clips.clip_len
-            samples = [s for k in range(0, len(draws), T) for s in self._clip(draws[k:k + T])]
-        else:
-            samples = [self[d] for d in draws]
-        if self.timed:  # the intra-op threads the operations ran on, per sample (report(): oversubscription)
-            threads = float(torch.get_num_threads())
-            for s in samples:
-                s[4]["intra_op_threads"] = threads  # dali_backend.telemetry.THREADS_KEY (a layer above)
-        return samples
-
-    def _clip(self, draws: list[Draw]) -> list:
-        """The samples of one clip's frames under ``on_error="skip"``: every frame of the clip, or every
-        frame of its replacement (:meth:`~dali_backend.core.reading.SampleReader.serve_clip`)."""
-        if len(draws) != self.clips.clip_len or len({(d.epoch, d.position) for d in draws}) != 1:
-            raise RuntimeError(f"a batch's frames {draws} do not make whole clips of {self.clips.clip_len}; this is "
-                               "a bug in dali_backend, please report it")
-        self._trim()
-        ds, epoch, position = self.dataset, draws[0].epoch, draws[0].position
-        stages: dict[str, float] = {}
-        timed = stages if self.timed else None
-        try:
-            served, images = ds.reader.serve_clip(self.clips, np.array([d.index for d in draws], np.int64), epoch,
-                                                  position, lambda fr: [ds.decode(int(j), epoch, timed) for j in fr])
-        except BadImageError as e:
-            return [self._bad(d, e, stages if k == 0 else {}) for k, d in enumerate(draws)]
-        out = []
-        for k, (d, j, img) in enumerate(zip(draws, served, images)):
-            image, label, meta, params, *targets = ds.augment_served(d, int(j), img, timed, self.targets)
-            note = plain_params(params) if self.with_params else None
-            out.append((image, label, np.append(meta, d.epoch), note, stages if k == 0 else {}, *targets))
-        return out
-
-    def _bad(self, draw: Draw, error: BadImageError, stages: dict) -> tuple:
-        """A bad draw's sample: blank, served ``SERVED_BAD``, with the error's fields for the loader."""
-        spec = self.dataset.spec
-        blank = np.zeros((1 if spec.color == "gray" else 3, spec.height, spec.width),
-                         np.uint16 if spec.batch_bits == 16 else np.uint8)
-        targets = ({"mask": np.zeros((1, *blank.shape[1:]), np.uint8), "boxes": np.zeros((0, 4), np.float32),
-                    "box_labels": np.zeros(0, np.int64), "dropped": 0},) if self.targets else ()
-        return (blank, -1, np.array([draw.index, SERVED_BAD, draw.position, draw.epoch], np.int64),
-                BadDraw.from_error(error), stages, *targets)
-
-    def __getitem__(self, draw: Draw):
-        self._trim()  # keep worker RSS flat (full-resolution temporaries)
-        stages: dict[str, float] = {}  # seconds per stage, for the loader's telemetry
-        try:
-            image, label, meta, params, *targets = self.dataset.load_draw_with_params(
-                draw, self.on_error, stages if self.timed else None, self.targets)
-            note = plain_params(params) if self.with_params else None
-            return (image, label, np.append(meta, draw.epoch), note, stages, *targets)
-        except BadImageError as e:
-            return self._bad(draw, e, stages)
-
-
-def pad_images(images: list[np.ndarray], multiple: int) -> tuple[np.ndarray, np.ndarray]:
-    """``[B, C, H, W]`` with each image at the top left and 0 elsewhere, ``H`` and ``W`` the largest
-    height and width rounded up to a multiple of ``multiple``; and the valid sizes ``[B, 2]``."""
-    sizes = np.array([im.shape[1:] for im in images], dtype=np.int64).reshape(-1, 2)
-    h, w = (-(-sizes.max(axis=0) // multiple) * multiple).tolist() if len(images) else (0, 0)
-    out = np.zeros((len(images), images[0].shape[0] if images else 1, h, w), dtype=images[0].dtype if images else np.uint8)
-    for k, im in enumerate(images):
-        out[k, :, :im.shape[1], :im.shape[2]] = im
-    return out, sizes
-
-
-def _collate_uint8(samples: list[tuple], pad: int | None = None) -> tuple:
-    if pad is not None:  # variable-size outputs: padded to the batch's largest, with the valid sizes
-        padded, sizes = pad_images([s[0] for s in samples], pad)  # a bad draw's blank is 1 x 1
-        images = torch.from_numpy(padded)
-    else:
-        images, sizes = torch.from_numpy(np.stack([s[0] for s in samples])), None
-    labels = torch.tensor([s[1] for s in samples], dtype=torch.int64)
-    stages: dict[str, float] = {}
-    for s in samples:
-        for k, v in s[4].items():
-            stages[k] = stages.get(k, 0.0) + v
-    targets = collate_targets([s[5] for s in samples], pad) if len(samples) and len(samples[0]) > 5 else None
-    return images, labels, np.stack([s[2] for s in samples]), [s[3] for s in samples], stages, sizes, targets
-
-
-def collate_targets(per_sample: list[dict], pad: int | None) -> dict:
-    """A batch's targets (fields of :class:`~dali_backend.core.boundary.Batch`): masks ``[B, 1, H, W]``
-    uint8 (padded as the images are, with ``pad``), boxes and their labels as lists of ``[N_i, 4]``
-    float32 and ``[N_i]`` int64 tensors, and the boxes the policy dropped, summed."""
-    out: dict = {"dropped": int(sum(t["dropped"] for t in per_sample))}
-    if per_sample[0]["mask"] is not None:
-        masks = [t["mask"] for t in per_sample]
-        out["masks"] = torch.from_numpy(pad_images(masks, pad)[0] if pad is not None else np.stack(masks))
-    if per_sample[0]["boxes"] is not None:
-        out["boxes"] = [torch.from_numpy(np.array(t["boxes"], np.float32)) for t in per_sample]  # owned: writable
-        out["box_labels"] = [torch.from_numpy(np.array(t["box_labels"], np.int64)) for t in per_sample]
-    return out
 
 
 class _PlannedBatches(Sampler[list[Draw]]):
@@ -229,8 +100,9 @@ class TorchExecutor:
         workers = num_workers > 0
         extra = {"pin_memory_device": pin_memory_device} if pin_memory and pin_memory_device else {}
         self._loader = DataLoader(
-            _Uint8View(dataset, on_error, with_params, timed, clips), batch_sampler=_PlannedBatches(self), num_workers=num_workers,
-            collate_fn=functools.partial(_collate_uint8, pad=dataset.spec.pad_batch), pin_memory=pin_memory, worker_init_fn=worker_init_fn,
+            Uint8Samples(dataset, on_error, with_params, timed, clips), batch_sampler=_PlannedBatches(self),
+            num_workers=num_workers, collate_fn=functools.partial(collate_uint8, pad=dataset.spec.pad_batch),
+            pin_memory=pin_memory, worker_init_fn=worker_init_fn,
             # torch draws each pass's worker seed from this generator: never from the user's global RNG
             # (DALI does not touch it either, so a training script's random numbers are the same on both)
             generator=torch.Generator().manual_seed(0),
@@ -252,7 +124,7 @@ class TorchExecutor:
                         self.stop_workers()
                         raise LoaderClosedError("the DaliLoader was closed while this iterator was starting a pass; "
                                                 "start a new pass with a new DaliLoader")
-                images, labels, meta, notes, stages, sizes, targets = self._next_batch(batches)
+                collated = self._next_batch(batches)
             except StopIteration:
                 if self._closed:  # close() from another thread: torch ends the pass it shut down, short
                     raise LoaderClosedError("the DaliLoader was closed while this iterator was waiting for a batch; "
@@ -270,11 +142,7 @@ class TorchExecutor:
                     raise self._worker_died(e) from e
                 raise
             self._trim()  # earlier batches are gone by now: keep RSS flat
-            bad = tuple(n for n in notes if isinstance(n, BadDraw))
-            params = None if bad or not self.with_params else notes
-            yield Batch(images=images, labels=labels, planned=meta[:, Served.PLANNED], served=meta[:, Served.SERVED],
-                        positions=meta[:, Served.POSITION], epochs=meta[:, Served.EPOCH], params=params, bad=bad,
-                        stages=stages, in_flight=self._in_flight(), sizes=sizes, **(targets or {}))
+            yield batch_of(collated, self.with_params, self._in_flight())
 
     def _in_flight(self) -> int:
         """Batches the DataLoader's workers hold or have finished ahead of this one (0 without workers)."""

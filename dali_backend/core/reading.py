@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import threading
 import weakref
 from collections.abc import Callable
 from multiprocessing import shared_memory
@@ -47,6 +48,19 @@ MAX_REPLACEMENTS = 32
 _CLIP_REPLACE_STREAM = 0xC119
 PREFETCH_THREADS = 16  # concurrent GETs per reader process (a URL root): what hides the network's latency
 MAX_PREFETCHED = 256  # fetched-ahead samples held per process at most (oldest dropped first)
+# the fetched-ahead tables of every reader, changed by one thread at a time: the torch-threads executor's
+# threads prefetch their batches at once (unlocked, two evicting the same oldest entry raised KeyError);
+# a new lock in a forked child (one held by a parent's thread at the fork would never be released there)
+_AHEAD_LOCK = threading.Lock()
+
+
+def _new_ahead_lock() -> None:
+    global _AHEAD_LOCK
+    _AHEAD_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_ahead_lock)
 _REPLACE_STREAM = 0x5C1
 T = TypeVar("T")
 
@@ -238,6 +252,10 @@ class SampleReader:
         not take is dropped after :data:`MAX_PREFETCHED` newer ones."""
         if self.bucket is None:
             return
+        with _AHEAD_LOCK:
+            self._prefetch(indices)
+
+    def _prefetch(self, indices) -> None:
         pid = os.getpid()
         if self._ahead_pid != pid:  # threads do not survive a fork: new ones, and nothing of the parent's
             from concurrent.futures import ThreadPoolExecutor
@@ -257,13 +275,15 @@ class SampleReader:
 
     def _fetched(self, i: int):
         """``_fetch(i)``'s result: from a prefetch started earlier in this process, or fetched now."""
-        future = self._ahead.pop(i, None) if self._ahead_pid == os.getpid() else None
+        with _AHEAD_LOCK:
+            future = self._ahead.pop(i, None) if self._ahead_pid == os.getpid() else None
         return future.result() if future is not None else self._fetch(i)
 
     def fetched_with(self, i: int, fetch: Callable[[], T]) -> T:
         """``fetch_with(self, i)``'s result from a prefetch started earlier in this process (its exception
         raised here), or ``fetch()`` now."""
-        future = self._with.pop(i, None) if self._ahead_pid == os.getpid() else None
+        with _AHEAD_LOCK:
+            future = self._with.pop(i, None) if self._ahead_pid == os.getpid() else None
         return future.result() if future is not None else fetch()
 
     @classmethod

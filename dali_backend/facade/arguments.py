@@ -155,6 +155,9 @@ def warn_unused(backend: str, num_workers: int, **given) -> None:
         if unused(executor_kind(backend), num_workers) and value != default:
             warnings.warn(f"DaliLoader: {name}={value!r} has no effect on the {backend} backend ({why})",
                           UserWarning, stacklevel=3)
+    if executor_kind(backend).threads and context is not None:
+        warnings.warn(f"DaliLoader: multiprocessing_context={context!r} has no effect on the {backend} backend "
+                      "(its workers are threads of this process)", UserWarning, stacklevel=3)
     if executor_kind(backend).dali and context not in (None, "fork", "spawn"):
         warnings.warn(f"DaliLoader: multiprocessing_context={context!r} has no effect on the {backend} backend "
                       "(DALI starts its reader workers with fork or spawn)", UserWarning, stacklevel=3)

@@ -44,10 +44,12 @@ def usable_cores() -> int:
 
 
 def candidates(backend: str, cores: int) -> list[int]:
-    """Settings to try, smallest first: worker processes (torch, 0 = in the training process) or DALI threads."""
+    """Settings to try, smallest first: worker processes (torch, 0 = in the training process), the
+    thread executor's threads (0 = the calling thread) or DALI threads."""
     from .executors import executor_kind
 
-    out, n = ([0] if executor_kind(backend).worker_processes else []), 1
+    kind = executor_kind(backend)
+    out, n = ([0] if kind.worker_processes or kind.threads else []), 1
     while n <= cores:
         out.append(n)
         n *= 2

@@ -3,8 +3,9 @@
 A registry of :class:`ExecutorKind` (name -> factory, what its arguments mean, whether it can run
 here), as torchvision registers one kernel per input type: a new executor is one module that calls
 :func:`register`, and ``DaliLoader(..., backend=name)`` runs on it. The built-in kinds are
-:class:`Engine`'s: DALI on the GPU, DALI on CPU operators, and the OpenCV executor of
-:mod:`fallback.executor`. Elsewhere the tree asks the chosen kind what it is (``kind.dali``,
+:class:`Engine`'s: DALI on the GPU, DALI on CPU operators, the OpenCV executor of
+:mod:`fallback.executor` (DataLoader worker processes) and the same work on a thread pool of the training
+process (:mod:`fallback.threads`). Elsewhere the tree asks the chosen kind what it is (``kind.dali``,
 ``kind.gpu``, ``kind.worker_processes``) instead of comparing backend names as strings: the command
 line's ``--backend`` choices are :func:`backend_choices`, the telemetry's GPU rule :func:`on_gpu`.
 
@@ -31,6 +32,7 @@ class Engine(str, Enum):
     DALI_GPU = "dali-gpu"
     DALI_CPU = "dali-cpu"
     TORCH = "torch"
+    TORCH_THREADS = "torch-threads"
 
     def __str__(self) -> str:
         return self.value
@@ -82,6 +84,8 @@ class ExecutorKind:
         dali: DALI's arguments (``prefetch_queue_depth``, ``py_start_method``, ...) mean something on it.
         gpu: its batches are on a GPU (``hw_decoder_load`` means something).
         worker_processes: ``num_workers`` counts worker processes, 0 meaning the training process.
+        threads: ``num_workers`` counts threads of the training process, 0 meaning the calling thread
+            (its stages are timed there, as in a worker process).
     """
 
     name: str
@@ -90,6 +94,7 @@ class ExecutorKind:
     dali: bool = False
     gpu: bool = False
     worker_processes: bool = False
+    threads: bool = False
 
 
 REGISTRY: dict[str, ExecutorKind] = {}
@@ -137,6 +142,15 @@ def _build_torch(dataset, s: ExecutorSettings) -> Executor:
         pin_memory_device=s.pin_memory_device, with_params=s.with_params, timed=s.timed, clips=s.clips)
 
 
+def _build_threads(dataset, s: ExecutorSettings) -> Executor:
+    from .._own import own
+
+    return own("fallback.threads").ThreadExecutor(
+        dataset, s.frames_per_batch, s.on_error, num_workers=s.num_workers, pin_memory=s.pin_memory,
+        timeout=s.timeout, worker_init_fn=s.worker_init_fn, prefetch_factor=s.prefetch_factor,
+        with_params=s.with_params, timed=s.timed, clips=s.clips)
+
+
 def _build_dali(dataset, s: ExecutorSettings) -> Executor:
     from ..dali.executor import DaliExecutor
 
@@ -154,6 +168,7 @@ def _dali_unavailable() -> str | None:
 
 
 register(ExecutorKind(name=Engine.TORCH.value, build=_build_torch, worker_processes=True))
+register(ExecutorKind(name=Engine.TORCH_THREADS.value, build=_build_threads, threads=True))
 register(ExecutorKind(name=Engine.DALI_CPU.value, build=_build_dali, unavailable=_dali_unavailable, dali=True))
 register(ExecutorKind(name=Engine.DALI_GPU.value, build=_build_dali, unavailable=_dali_unavailable, dali=True,
                       gpu=True))

@@ -94,8 +94,10 @@ class DaliLoader:
         pin_memory_device: the torch backend's, with ``pin_memory``.
         in_order: batches always come in order (``False`` warns).
         device: ``"auto"`` (GPU when CUDA is available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
-        backend: ``"auto"``, ``"dali"`` (DALI even on the CPU; raises when DALI is missing), ``"torch"``, or
-            the name of an executor registered in :mod:`dali_backend.facade.executors`.
+        backend: ``"auto"``, ``"dali"`` (DALI even on the CPU; raises when DALI is missing), ``"torch"``,
+            ``"torch-threads"`` (the torch backend's work on ``num_workers`` threads of this process: no
+            worker processes; :mod:`fallback.threads`), or the name of an executor registered in
+            :mod:`dali_backend.facade.executors`.
         seed: seed of the default sampler (``generator`` wins when both are given). Neither given: a
             shuffle follows ``torch.manual_seed`` as ``DataLoader`` does (one draw from torch's global
             RNG when the loader is made); in a distributed run (``torch.distributed`` initialised,
@@ -125,7 +127,7 @@ class DaliLoader:
     ``on_error="skip"`` replaced a bad file), ``"epoch"``, ``"position"`` (the draw's place in the
     epoch's global draw), ``"padding"`` (bool ``[B]``: a draw that pads the ranks' shares to equal
     length, repeating a sample of the epoch; drop these rows before counting validation samples), ``"path"`` (list of absolute paths) and ``"params"`` (list of dicts: each
-    draw's augmentation parameters). ``.backend`` is ``"dali-gpu"``, ``"dali-cpu"`` or ``"torch"``.
+    draw's augmentation parameters). ``.backend`` is ``"dali-gpu"``, ``"dali-cpu"``, ``"torch"`` or ``"torch-threads"``.
 
     With a :class:`~dali_backend.sampling.clips.ClipSampler`, images are ``[B, T, 3, H, W]`` and labels the
     clips' ``[B]``; ``len()``, ``stats()`` and ``state_dict()`` count clips and batches of clips (not

@@ -57,7 +57,7 @@ METRICS: dict[str, tuple[str, str]] = {
                                    "(0 on a starving loader)"),
     "stage_ms.read": ("ms/img", "reading an image's bytes (and the cheap checks), in the reader workers"),
     "stage_ms.decode": ("ms/img", "decoding (torch executor, OpenCV, in its workers)"),
-    "stage_ms.augment": ("ms/img", "the augmentation operations (torch executor, in its workers)"),
+    "stage_ms.augment": ("ms/img", "the augmentation operations (torch executors, in their workers or threads)"),
     "stage_ms.decode+augment": ("ms/img", "decoding and the operations (DALI: CPU time of its operator threads)"),
     "stage_ms.normalize": ("ms/img", "normalisation and batch operations, in the training process"),
     "main_cpu_percent": ("%", "this pass: CPU use of the training process (100 = one core)"),
@@ -71,6 +71,8 @@ METRICS: dict[str, tuple[str, str]] = {
 }
 HOW = {"torch": {"read": "wall time per image in the DataLoader workers", "decode": "same", "augment": "same",
                  "normalize": "wall time in the training process"},
+       "threads": {"read": "wall time per image in the executor's threads (of the training process)",
+                   "decode": "same", "augment": "same", "normalize": "wall time in the training process"},
        "dali": {"read": "wall time per image in DALI's Python reader workers",
                 "decode+augment": "CPU time of DALI's operator threads (/proc) per image yielded",
                 "normalize": "wall time in the training process"}}
@@ -91,8 +93,9 @@ class LoaderTelemetry:
 
     def __init__(self, backend: str, executor):
         self.backend, self.executor = backend, executor
-        kind = REGISTRY.get(str(backend))  # how its stages are timed: in worker processes (torch's), else DALI's
-        self._how = "torch" if kind is not None and kind.worker_processes else "dali"
+        kind = REGISTRY.get(str(backend))  # how its stages are timed: in worker processes, in threads, or DALI's
+        self._how = ("torch" if kind is not None and kind.worker_processes else
+                     "threads" if kind is not None and kind.threads else "dali")
         self.current: _Pass | None = None  # the running pass, else the last one (ended), else None
         self.total_wait = self.total_wall = 0.0
         self.total_batches = self.total_images = 0

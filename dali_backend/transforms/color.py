@@ -14,6 +14,7 @@ Trade-offs against torchvision, made so that both backends compute the same numb
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
@@ -230,11 +231,21 @@ class GaussianBlur(Transform):
         return fn.gaussian_blur(images, window_size=[ky, kx], sigma=params["sigma"])
 
 
-@lru_cache(maxsize=8)
-def _cv_clahe(clip_limit: float, tiles: tuple[int, int]):
+_CLAHES = threading.local()  # each thread's OpenCV CLAHE objects
+
+
+def cv_clahe(clip_limit: float, tiles: tuple[int, int]):
+    """This thread's ``cv2.createCLAHE(clip_limit, tiles)``, made once per thread and setting: a CLAHE
+    object keeps its working buffers between calls, so one shared by threads (the ``torch-threads``
+    executor) gives wrong pixels when two apply it at once."""
     import cv2
 
-    return cv2.createCLAHE(clipLimit=clip_limit, tileGridSize=tiles)
+    made = _CLAHES.__dict__.setdefault("made", {})
+    key = (clip_limit, tiles)
+    op = made.get(key)
+    if op is None:
+        op = made[key] = cv2.createCLAHE(clipLimit=clip_limit, tileGridSize=tiles)
+    return op
 
 
 @dataclass(frozen=True, repr=False)
@@ -259,7 +270,7 @@ class Clahe(Transform):
         object.__setattr__(self, "tiles", tiles)
 
     def apply(self, img, params):
-        op = _cv_clahe(float(self.clip_limit), self.tiles)
+        op = cv_clahe(float(self.clip_limit), self.tiles)
         if img.ndim == 2:
             return op.apply(img)
         return np.dstack([op.apply(np.ascontiguousarray(img[:, :, c])) for c in range(img.shape[2])])

@@ -25,17 +25,20 @@ def run_bench(tmp_path, *args: str) -> tuple[dict, subprocess.CompletedProcess]:
 
 @pytest.mark.slow
 def test_bench_smoke(tmp_path):
-    """One tiny contender (the fallback; the ceiling always runs) end to end: table, JSON fields, chart."""
-    data, proc = run_bench(tmp_path, "--only", "fallback", "--breakdown")
+    """Tiny contenders (the fallback on worker processes and on threads; the ceiling always runs) end to end:
+    table, JSON fields, chart; the threads' first batch is the fallback's, level for level."""
+    data, proc = run_bench(tmp_path, "--only", "fallback", "fallback-threads", "--breakdown")
     assert data["complete"] is True
-    assert [r["name"] for r in data["results"]] == ["ceiling", "fallback"]
+    assert [r["name"] for r in data["results"]] == ["ceiling", "fallback", "fallback-threads"]
+    fallback, threads = data["results"][1:]  # the same pixels: the same float rounding of the normalisation undone
+    assert threads["levels_difference"] == fallback["levels_difference"] < 1e-3 and threads["labels_match"]
     for r in data["results"]:
         assert FIELDS <= r.keys() and r["images_per_s"] > 0 and len(r["epoch_images_per_s"]) == 1
         assert "ratio_to_reference" not in r  # no reference ran: no ratio to it
     assert data["results"][0]["ratio_to_ceiling"] == 1.0 and data["results"][1]["ratio_to_ceiling"] > 0
     stages = data["machine"]["stages_ms_per_image"]
     assert set(stages) == {"read", "decode", "clahe", "resize", "rotate", "jitter", "normalize"}
-    assert set(data["machine"]["loader_own_ms_per_image"]) == {"fallback"}
+    assert set(data["machine"]["loader_own_ms_per_image"]) == {"fallback", "fallback-threads"}
     assert "dali_stages_ms_per_image" not in data["machine"]  # only with the dali-cpu contender
     assert data["machine"]["memory_sample_interval_s"] > 0
     assert data["machine"]["cores"] >= 1 and data["machine"]["data"]["images"] == 8

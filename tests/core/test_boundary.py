@@ -6,6 +6,7 @@ import builtins
 import json
 import os
 import pickle
+import threading
 
 import numpy as np
 import pytest
@@ -91,12 +92,14 @@ def watched_root(tmp_path):
 
 def _main_process_opens(monkeypatch, root) -> list:
     """Every image file the main process opens from now on (``open`` or ``os.open``, the reader's way;
-    workers are other processes)."""
+    workers are other processes), but in the torch-threads executor's threads (its workers)."""
+    from fallback.threads import THREAD_PREFIX
+
     main, opened = os.getpid(), []
 
     def watch(real):
         def watching(file, *args, **kwargs):
-            if os.getpid() == main and str(file).startswith(str(root)) and str(file).endswith(".jpg"):
+            if os.getpid() == main and not threading.current_thread().name.startswith(THREAD_PREFIX) and str(file).startswith(str(root)) and str(file).endswith(".jpg"):
                 opened.append(str(file))
             return real(file, *args, **kwargs)
         return watching
@@ -113,7 +116,7 @@ def test_return_meta_params_come_from_the_executor_without_reading_files_again(w
     index = SampleIndex.from_folder(watched_root, progress=False)
     ds = ImageDataset(index, AugmentSpec(ops=(RandomResizedCrop(24),)), seed=3)
     opened = _main_process_opens(monkeypatch, watched_root)
-    workers = 2 if kind == "torch" else 0  # DALI reads in its own worker processes
+    workers = 2 if kind.startswith("torch") else 0  # DALI reads in its own worker processes
     with DaliLoader(ds, batch_size=3, num_workers=workers, return_meta=True, sampler=WeightedSampler(index, seed=1),
                     **KINDS[kind]) as loader:
         metas = [m for _, _, m in loader]
@@ -132,7 +135,7 @@ def test_a_bad_files_fields_come_from_the_worker_that_read_it(watched_root, monk
     (watched_root / "ok" / "2.jpg").write_bytes(jpeg_bytes(48, 56, seed=2)[:200])  # changed after indexing
     ds = ImageDataset(index, AugmentSpec(size=16, color="rgb"))  # built before the watch: what a pass opens counts
     opened = _main_process_opens(monkeypatch, watched_root)
-    workers = 2 if kind == "torch" else 0
+    workers = 2 if kind.startswith("torch") else 0
     loader = DaliLoader(ds, batch_size=4, num_workers=workers, **KINDS[kind])
     loader.set_epoch(4)
     with loader, pytest.raises(BadImageError) as e:

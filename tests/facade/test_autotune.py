@@ -182,7 +182,7 @@ def construct(ds, kind: str) -> DaliLoader:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_constructor_measures_again_past_a_cached_count_of_40(ds, cache_home, measured, kind):
-    backend = "torch" if kind == "torch" else "dali-cpu"
+    backend = kind if kind.startswith("torch") else "dali-cpu"
     plant(ds, backend, {**GOOD, "chosen": 40, "table": {"40": 900.0}, "backend": backend})
     with construct(ds, kind) as loader:
         assert loader.num_workers == 2 and not loader.autotune["cached"] and measured

@@ -96,6 +96,7 @@ def test_variable_size_batches_and_region_crops_over_mixed_formats_agree(tmp_pat
             loader = DaliLoader(ImageDataset(index, spec, seed=2), batch_size=5, shuffle=False, **args)
             out[kind] = [b[0].numpy() for b in loader]
         assert len(out["torch"]) == 1 and all(np.array_equal(a, b) for a, b in zip(out["torch"], out["dali-cpu"]))
+        assert all(np.array_equal(a, b) for a, b in zip(out["torch"], out["torch-threads"]))
 
 
 def test_update_takes_new_files_of_every_format(mixed):

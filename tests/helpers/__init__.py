@@ -19,8 +19,10 @@ def cuda_available() -> bool:
 needs_cuda = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
 CUDA = [pytest.mark.cuda, needs_cuda]  # marks of a CUDA-only case: pytest.param(..., marks=CUDA)
 # The loaders every cross-backend test compares, as DaliLoader keywords: DALI's graph on CPU operators,
-# and the OpenCV executor. BACKENDS adds DALI on the GPU, a case skipped without CUDA.
-KINDS = {"dali-cpu": dict(device="cpu", backend="dali"), "torch": dict(device="cpu", backend="torch")}
+# the OpenCV executor in DataLoader worker processes, and the same work on threads of this process.
+# BACKENDS adds DALI on the GPU, a case skipped without CUDA.
+KINDS = {"dali-cpu": dict(device="cpu", backend="dali"), "torch": dict(device="cpu", backend="torch"),
+         "torch-threads": dict(device="cpu", backend="torch-threads")}
 BACKENDS = [*KINDS, pytest.param("dali-gpu", marks=CUDA)]
 LOADER_ARGS = {**KINDS, "dali-gpu": dict(device="cuda", backend="dali")}  # DaliLoader keywords of each of BACKENDS
 

@@ -33,7 +33,7 @@ def share(tmp_path, monkeypatch):
 
 def _loader(index, kind, **kw):
     return DaliLoader(ImageDataset(index, AugmentSpec(size=16)), batch_size=4, sampler=WeightedSampler(
-        index, mode="sequential"), num_workers=2 if kind == "torch" else 0, **KINDS[kind], **kw)
+        index, mode="sequential"), num_workers=2 if kind.startswith("torch") else 0, **KINDS[kind], **kw)
 
 
 @pytest.mark.parametrize("kind", KINDS)

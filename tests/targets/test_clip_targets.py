@@ -19,7 +19,7 @@ from tests.helpers.targets import clip_index_at
 from tests.targets.test_targets_both_backends import RECIPE, defect_pixels
 
 CLIP_LEN = 3
-DALI = [b for b in BACKENDS if b != "torch"]
+DALI = [b for b in BACKENDS if b != "torch"]  # each set against torch: dali-cpu, torch-threads, dali-gpu
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from fallback.dataset import ImageDataset
 from tests.helpers import BACKENDS, LOADER_ARGS
 from tests.helpers.targets import detection_index_at, mvtec_index_at
 
-DALI = [b for b in BACKENDS if b != "torch"]  # dali-cpu, and dali-gpu (skipped without CUDA)
+DALI = [b for b in BACKENDS if b != "torch"]  # each set against torch: dali-cpu, torch-threads, dali-gpu
 RECIPE = [T.RandomResizedCrop(224, scale=(0.6, 1.0)), T.RandomHorizontalFlip(), T.RandomRotation(15),
           T.RandomAffine(10, translate=(0.05, 0.05), scale=(0.9, 1.1), shear=5)]
 

@@ -119,6 +119,7 @@ def test_low_8_bits_survive_the_geometry_to_a_narrow_window(low_bits_pair, geome
         assert x.shape[:2] == (2, 1) and x.dtype == np.uint8
         assert np.count_nonzero(x[0] != x[1]) > x[0].size // 4, kind  # the low bits made them differ
         assert x.max() - x.min() > 100, kind  # and the window spreads them over the 8-bit range
+    assert np.array_equal(out["torch-threads"], out["torch"])  # the same OpenCV work, on threads
     d = np.abs(out["dali-cpu"].astype(int) - out["torch"])
     exact = all(type(op).tolerance16() == 0 for op in geometry)
     assert d.max() == 0 if exact else (d.max() <= 1 and d.mean() < 0.05), (d.max(), d.mean())
