@@ -124,18 +124,18 @@ class _Uint8View(Dataset):
             return self._bad(draw, e, stages)
 
 
-def pad_images(images: list[np.ndarray], multiple: int) -> tuple[np.ndarray, np.ndarray]:
-    """``[B, C, H, W]`` with each image at the top left and 0 elsewhere, ``H`` and ``W`` the largest
+def pad_images(images: list[np.ndarray], multiple: int, fill: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``[B, C, H, W]`` with each image at the top left and ``fill`` elsewhere, ``H`` and ``W`` the largest
     height and width rounded up to a multiple of ``multiple``; and the valid sizes ``[B, 2]``."""
     sizes = np.array([im.shape[1:] for im in images], dtype=np.int64).reshape(-1, 2)
     h, w = (-(-sizes.max(axis=0) // multiple) * multiple).tolist() if len(images) else (0, 0)
-    out = np.zeros((len(images), images[0].shape[0] if images else 1, h, w), dtype=np.uint8)
+    out = np.full((len(images), images[0].shape[0] if images else 1, h, w), fill, dtype=np.uint8)
     for k, im in enumerate(images):
         out[k, :, :im.shape[1], :im.shape[2]] = im
     return out, sizes
 
 
-def _collate_uint8(samples: list[tuple], pad: int | None = None) -> tuple:
+def _collate_uint8(samples: list[tuple], pad: int | None = None, fill_mask: int = 0) -> tuple:
     if pad is not None:  # variable-size outputs: padded to the batch's largest, with the valid sizes
         padded, sizes = pad_images([s[0] for s in samples], pad)  # a bad draw's blank is 1 x 1
         images = torch.from_numpy(padded)
@@ -146,22 +146,35 @@ def _collate_uint8(samples: list[tuple], pad: int | None = None) -> tuple:
     for s in samples:
         for k, v in s[4].items():
             stages[k] = stages.get(k, 0.0) + v
-    targets = collate_targets([s[5] for s in samples], pad) if len(samples) and len(samples[0]) > 5 else None
+    targets = collate_targets([s[5] for s in samples], pad, fill_mask) if len(samples) and len(samples[0]) > 5 else None
     return images, labels, np.stack([s[2] for s in samples]), [s[3] for s in samples], stages, sizes, targets
 
 
-def collate_targets(per_sample: list[dict], pad: int | None) -> dict:
+def collate_targets(per_sample: list[dict], pad: int | None, fill_mask: int = 0) -> dict:
     """A batch's targets (fields of :class:`~dali_backend.core.boundary.Batch`): masks ``[B, 1, H, W]``
-    uint8 (padded as the images are, with ``pad``), boxes and their labels as lists of ``[N_i, 4]``
+    uint8 (padded as the images are, with ``pad``, by ``fill_mask``), boxes and their labels as lists of ``[N_i, 4]``
     float32 and ``[N_i]`` int64 tensors, and the boxes the policy dropped, summed."""
     out: dict = {"dropped": int(sum(t["dropped"] for t in per_sample))}
     if per_sample[0]["mask"] is not None:
         masks = [t["mask"] for t in per_sample]
-        out["masks"] = torch.from_numpy(pad_images(masks, pad)[0] if pad is not None else np.stack(masks))
-    if per_sample[0]["boxes"] is not None:
-        out["boxes"] = [torch.from_numpy(np.array(t["boxes"], np.float32)) for t in per_sample]  # owned: writable
-        out["box_labels"] = [torch.from_numpy(np.array(t["box_labels"], np.int64)) for t in per_sample]
+        out["masks"] = torch.from_numpy(pad_images(masks, pad, fill_mask)[0] if pad is not None else np.stack(masks))
+    if per_sample[0]["boxes"] is not None:  # one array and the counts: 2 B small tensors cost 2 B shared segments
+        out["boxes"] = (np.concatenate([np.asarray(t["boxes"], np.float32).reshape(-1, 4) for t in per_sample]),
+                        np.concatenate([np.asarray(t["box_labels"], np.int64).reshape(-1) for t in per_sample]),
+                        [len(t["box_labels"]) for t in per_sample])
     return out
+
+
+def split_boxes(targets: dict | None) -> dict | None:
+    """:func:`collate_targets`' fields as :class:`~dali_backend.core.boundary.Batch` takes them, in the training
+    process: the batch's boxes as one array each for boxes and labels (pickled with the batch, where a
+    tensor per image would cross as its own shared-memory segment) split into per-image tensors, views of
+    one buffer each."""
+    if targets is None or "boxes" not in targets or not isinstance(targets["boxes"], tuple):
+        return targets
+    xyxy, labels, counts = targets["boxes"]
+    return {**targets, "boxes": list(torch.from_numpy(xyxy).split(counts)),
+            "box_labels": list(torch.from_numpy(labels).split(counts))}
 
 
 class _PlannedBatches(Sampler[list[Draw]]):
@@ -229,7 +242,7 @@ class TorchExecutor:
         extra = {"pin_memory_device": pin_memory_device} if pin_memory and pin_memory_device else {}
         self._loader = DataLoader(
             _Uint8View(dataset, on_error, with_params, timed, clips), batch_sampler=_PlannedBatches(self), num_workers=num_workers,
-            collate_fn=functools.partial(_collate_uint8, pad=dataset.spec.pad_batch), pin_memory=pin_memory, worker_init_fn=worker_init_fn,
+            collate_fn=functools.partial(_collate_uint8, pad=dataset.spec.pad_batch, fill_mask=dataset.fill_mask), pin_memory=pin_memory, worker_init_fn=worker_init_fn,
             # torch draws each pass's worker seed from this generator: never from the user's global RNG
             # (DALI does not touch it either, so a training script's random numbers are the same on both)
             generator=torch.Generator().manual_seed(0),
@@ -273,7 +286,7 @@ class TorchExecutor:
             params = None if bad or not self.with_params else notes
             yield Batch(images=images, labels=labels, planned=meta[:, Served.PLANNED], served=meta[:, Served.SERVED],
                         positions=meta[:, Served.POSITION], epochs=meta[:, Served.EPOCH], params=params, bad=bad,
-                        stages=stages, in_flight=self._in_flight(), sizes=sizes, **(targets or {}))
+                        stages=stages, in_flight=self._in_flight(), sizes=sizes, **(split_boxes(targets) or {}))
 
     def _in_flight(self) -> int:
         """Batches the DataLoader's workers hold or have finished ahead of this one (0 without workers)."""

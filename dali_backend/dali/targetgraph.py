@@ -2,7 +2,7 @@
 
 **Masks** ride through the same graph as their images, by nearest neighbour: every geometric operation
 becomes at most two DALI steps, ``fn.resize(INTERP_NN, antialias=False)`` (resizes, the resize of a
-``RandomResizedCrop``) and ``fn.warp_affine(INTERP_NN, fill_value=0, inverse_map=True)`` (crops,
+``RandomResizedCrop``) and ``fn.warp_affine(INTERP_NN, fill_value=fill_mask, inverse_map=True)`` (crops,
 padding, letterboxes, flips, quarter turns, rotations, affines: a translation or the kernel's own
 ``warp_matrix``), whose per-draw arguments (sizes, 2x3 matrices) the reader worker computes from the
 draw's parameters, exactly as the CPU kernels of :mod:`dali_backend.transforms.targets` do. Those
@@ -93,9 +93,10 @@ def mask_wire_count(spec) -> int:
     return sum(1 if k == "resize" else 2 for op in spec.transforms for k in step_kinds(op))
 
 
-def mask_graph(fn, types, mask, spec, values: list):
+def mask_graph(fn, types, mask, spec, values: list, fill: int = 0):
     """The graph fragment: ``mask`` (``[H, W, 1]`` uint8) through every mask step of ``spec``, fed ``values``
-    (external source nodes, :func:`mask_wire` order)."""
+    (external source nodes, :func:`mask_wire` order); ``fill`` (the dataset's ``fill_mask``) where a warp
+    samples outside."""
     it = iter(values)
     for op in spec.transforms:
         for kind in step_kinds(op):
@@ -105,7 +106,7 @@ def mask_graph(fn, types, mask, spec, values: list):
             else:
                 matrix, size = next(it), next(it)
                 mask = fn.warp_affine(mask, matrix=matrix, size=size, inverse_map=True, interp_type=types.INTERP_NN,
-                                      fill_value=0.0)
+                                      fill_value=float(fill))
     return mask
 
 
