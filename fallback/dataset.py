@@ -138,8 +138,8 @@ class ImageDataset(Dataset):
             raise ConfigError(f"ImageDataset: box_policy must be a BoxPolicy, got {type(box_policy).__name__}")
         self.box_policy = box_policy or BoxPolicy()
         if isinstance(fill_mask, bool) or not isinstance(fill_mask, (int, np.integer)) or not 0 <= fill_mask <= 255:
-            raise ConfigError(f"ImageDataset: fill_mask={fill_mask!r}; give a uint8 class id in [0, 255] (0: background, "
-                              "or an ignore id such as 255)")
+            raise ConfigError(f"ImageDataset: fill_mask={fill_mask!r}; give a uint8 class id in [0, 255] (0: "
+                              "background, or an ignore id such as 255)")
         self.fill_mask = int(fill_mask)
         self.on_error = check_on_error(on_error)
         self.options = {name: value for name, value in locals().items() if name in _options()}

@@ -6,13 +6,15 @@ One synthetic MVTec AD category (``test``: good and defect images with masks) an
 folder of the same size; each loader runs ``--epochs`` passes of the same recipe (RandomResizedCrop,
 flip, rotation, affine, colour) after one warm-up pass, the passes of images alone (the same index
 without targets) and of images with targets alternating, so that a busy machine slows both; the best
-pass's img/s is reported for: images alone, with masks, with boxes. A short measurement: rerun on a
-quiet machine for numbers to quote.
+pass's img/s and the least CPU per image of the process tree (the loaders' workers included: steadier
+than img/s on a shared machine) are reported for: images alone, with masks, with boxes. A short
+measurement: rerun on a quiet machine for numbers to quote.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 import warnings
@@ -131,6 +133,28 @@ def batch_stages(masks, boxes, spec, batch_size: int = 16, repeats: int = 5) -> 
         print(line, flush=True)
 
 
+def tree_cpu_s() -> float:
+    """CPU seconds (user + system) of this process and every process below it (the loaders' workers): on a
+    machine shared with other jobs, CPU per image moves far less than img/s (docs: FACTS, peers)."""
+    parents: dict[int, int] = {}
+    spent: dict[int, float] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile
+                continue
+            parents[int(name)] = int(fields[1])
+            spent[int(name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        total += spent.get(pid, 0.0)
+        todo += [c for c, p in parents.items() if p == pid]
+    return total
+
+
 def main() -> None:
     from dali_backend import AugmentSpec, DaliLoader, ImageDataset, SampleIndex
     from dali_backend import transforms as T
@@ -160,24 +184,27 @@ def main() -> None:
                                   num_workers=args.workers, backend=backend, telemetry=False)
                        for ix in (index, with_targets)]
             rates: list[list[float]] = [[], []]
+            cpu: list[list[float]] = [[], []]  # CPU ms per image of the process tree, per pass
             for epoch in range(args.epochs + 1):  # the two loaders' passes alternate: the machine's load hits both
                 for k, loader in enumerate(loaders):
                     loader.set_epoch(epoch)
-                    t0, n = time.perf_counter(), 0
+                    t0, c0, n = time.perf_counter(), tree_cpu_s(), 0
                     for batch in loader:
                         n += len(batch["image"] if isinstance(batch, dict) else batch[0])
                     if epoch:  # the first pass warms up (workers, caches)
                         rates[k].append(n / (time.perf_counter() - t0))
+                        cpu[k].append(1e3 * (tree_cpu_s() - c0) / n)
             for loader in loaders:
                 loader.close()
-            for label, r in zip((name, what), rates):
-                rows.append((backend, label, max(r)))
-                print(f"{backend:6s} {label:20s} {max(r):8.1f} img/s (best of {len(r)}; median {sorted(r)[len(r) // 2]:.1f})",
-                      flush=True)
+            for label, r, c in zip((name, what), rates, cpu):
+                rows.append((backend, label, max(r), min(c)))
+                print(f"{backend:6s} {label:20s} {max(r):8.1f} img/s (best of {len(r)}; median {sorted(r)[len(r) // 2]:.1f}); "
+                      f"CPU {min(c):.2f} ms/img (least; median {sorted(c)[len(c) // 2]:.2f})", flush=True)
     print("\ncost against images alone (best pass of each, passes alternated):")
     for k in range(0, len(rows), 2):
-        (backend, _, base), (_, what, with_t) = rows[k], rows[k + 1]
-        print(f"{backend:6s} {what:8s} {100 * (1 - with_t / base):6.1f} % of the throughput lost")
+        (backend, _, base, base_cpu), (_, what, with_t, with_cpu) = rows[k], rows[k + 1]
+        print(f"{backend:6s} {what:8s} {100 * (1 - with_t / base):6.1f} % of the throughput lost; "
+              f"{100 * (with_cpu / base_cpu - 1):6.1f} % more CPU per image")
 
 if __name__ == "__main__":
     main()

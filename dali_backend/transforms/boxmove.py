@@ -8,11 +8,12 @@ is exact; for rotation and affine it is the box enclosing the moved corners, as 
 Each box carries the fraction of it that survived the clips (``visible``).
 
 The trade-off is speed at a few boxes: a detection sample has a handful, and numpy's per-call
-overhead on ``[3, 4]`` arrays was the whole cost (0.39 ms per sample through four operations, 6 % of a
-fallback sample). So the maps are six Python floats, not 3x3 arrays; up to :data:`FEW_BOXES` boxes
-are moved on Python floats (the same doubles, in the same order, as the numpy path); and a chain
-(:func:`move_chain`) keeps the boxes as plain rows from its first operation to its last, building one
-:class:`Boxes` at the end rather than a validated record per operation.
+overhead on ``[3, 4]`` arrays was the whole cost (0.25-0.39 ms per sample through four operations, 5-6 %
+of a fallback sample; now 0.08-0.11 ms). So the maps are six Python floats, not 3x3 arrays; up to
+:data:`FEW_BOXES` boxes are moved on Python floats, two corners each (those the map's signs pick: the
+same doubles as the numpy path's least and greatest of four); and a chain (:func:`move_chain`) keeps
+the boxes as plain rows from its first operation to its last, building one :class:`Boxes` at the end
+rather than a validated record per operation.
 """
 
 from __future__ import annotations
@@ -224,30 +225,30 @@ _CORNER_X, _CORNER_Y = [0, 2, 0, 2], [1, 1, 3, 3]  # columns of xyxy: the four c
 
 def moved_rows(rows: list, visible: list, m: Affine, out_size: Size) -> tuple[list, list]:
     """:func:`move_boxes`' arithmetic on Python floats (IEEE doubles, the same operations in the same order
-    as the numpy path, so the same results bit for bit): ``(rows x1 y1 x2 y2, visible fractions)``."""
+    as the numpy path, so the same results bit for bit): ``(rows x1 y1 x2 y2, visible fractions)``.
+
+    The moved box's extremes are the two corners the map's signs pick (``x' = a x + b y + c`` is least at
+    the smaller ``x`` where ``a >= 0``...): rounding is monotone, so those corners' doubles are the least
+    and greatest of all four, without computing the other two."""
     a, b, c, d, e, f = m
     w, h = float(out_size[1]), float(out_size[0])
+    ax = (0, 1) if a >= 0 else (1, 0)  # which of (low x, high x) gives the least / greatest x', and so on
+    bx = (0, 1) if b >= 0 else (1, 0)
+    dy = (0, 1) if d >= 0 else (1, 0)
+    ey = (0, 1) if e >= 0 else (1, 0)
     out, fractions = [], []
-    if b == 0.0 and d == 0.0:  # axes kept (resize, crop, flip): two corners give the same box
-        for (x1, y1, x2, y2), v in zip(rows, visible):
-            lx, hx, ly, hy = a * x1 + c, a * x2 + c, e * y1 + f, e * y2 + f
-            lx, hx = (lx, hx) if lx <= hx else (hx, lx)
-            ly, hy = (ly, hy) if ly <= hy else (hy, ly)
-            whole = (hx - lx) * (hy - ly)
-            lx, hx, ly, hy = min(max(lx, 0.0), w), min(max(hx, 0.0), w), min(max(ly, 0.0), h), min(max(hy, 0.0), h)
-            kept = (hx - lx) * (hy - ly)
-            out.append((lx, ly, hx, hy))
-            fractions.append(v * (kept / whole if whole > 0 else 0.0))
-        return out, fractions
     for (x1, y1, x2, y2), v in zip(rows, visible):
-        xs = (a * x1 + b * y1 + c, a * x2 + b * y1 + c, a * x1 + b * y2 + c, a * x2 + b * y2 + c)
-        ys = (d * x1 + e * y1 + f, d * x2 + e * y1 + f, d * x1 + e * y2 + f, d * x2 + e * y2 + f)
-        lx, hx, ly, hy = min(xs), max(xs), min(ys), max(ys)
-        whole = max(hx - lx, 0.0) * max(hy - ly, 0.0)
-        lx, hx, ly, hy = min(max(lx, 0.0), w), min(max(hx, 0.0), w), min(max(ly, 0.0), h), min(max(hy, 0.0), h)
-        kept = max(hx - lx, 0.0) * max(hy - ly, 0.0)
+        xs = (x1, x2) if x1 <= x2 else (x2, x1)
+        ys = (y1, y2) if y1 <= y2 else (y2, y1)
+        lx, hx = a * xs[ax[0]] + b * ys[bx[0]] + c, a * xs[ax[1]] + b * ys[bx[1]] + c
+        ly, hy = d * xs[dy[0]] + e * ys[ey[0]] + f, d * xs[dy[1]] + e * ys[ey[1]] + f
+        whole = (hx - lx) * (hy - ly)
+        lx = 0.0 if lx < 0.0 else (w if lx > w else lx)  # min(max(v, 0), w), without the calls
+        hx = 0.0 if hx < 0.0 else (w if hx > w else hx)
+        ly = 0.0 if ly < 0.0 else (h if ly > h else ly)
+        hy = 0.0 if hy < 0.0 else (h if hy > h else hy)
         out.append((lx, ly, hx, hy))
-        fractions.append(v * (kept / whole if whole > 0 else 0.0))
+        fractions.append(v * ((hx - lx) * (hy - ly) / whole if whole > 0 else 0.0))
     return out, fractions
 
 

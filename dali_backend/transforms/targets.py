@@ -10,8 +10,8 @@ The rules, and the trade-offs they make:
   convention, ``[0, 0]`` the corner of the first pixel) follow ONE rule for every operation, in
   :mod:`dali_backend.transforms.boxmove`: the operation's forward map moves the four corners, the box
   is their enclosing box, clipped to the output; :class:`BoxPolicy` drops the too small or too hidden
-  ones and counts them. A chain moves them as plain rows between its operations (0.10 ms per sample
-  for three boxes through crop, flip, rotation and affine, about 1.5 % of a fallback sample).
+  ones and counts them. A chain moves them as plain rows between its operations (0.08-0.09 ms per
+  sample for three boxes through crop, flip, rotation and affine: 1.2-1.9 % of a fallback sample).
 * **Masks** (``H x W`` integer class ids) move by nearest neighbour, never antialiased: crops and
   flips cut and mirror exactly; resizes and warps sample each output pixel's centre in the source
   (``src = floor((x + 0.5) * in / out)``, in the float32 arithmetic of DALI's CPU ``INTERP_NN``
@@ -24,12 +24,15 @@ The rules, and the trade-offs they make:
     (``np.take`` of rows, then of columns): about one plain nearest pass;
   - each rotation or affine is a pass of its own: the integer source map is computed in DALI's
     float32 order (one float32 addition per pixel along each row: a Python loop over the columns,
-    about 0.2-0.3 ms at 224 x 224, most of the pass) and gathered by ``cv2.remap`` on an integer map.
+    0.3 ms at 224 x 224, most of the pass; the warps of a chain share it, two in 1.4x one's time) and
+    gathered by ``cv2.remap`` on an integer map.
     The warps are not composed with each other nor with what precedes them: DALI's graph applies them
     one by one, so the class ids are equal on both backends only step by step, and a warp composed
     analytically would sample source labels where an earlier step put fill.
 
-  So a mask costs its decode, one pass for the separable steps, and one pass per warp.
+  So a mask costs its decode, one pass for the separable steps, and one pass per warp: with
+  ``RandomResizedCrop(224)``, flip, rotation and affine 0.74 ms of kernels after a 0.5 ms PNG decode,
+  2.6x the decode plus one plain nearest pass (docs/guides/targets.md, "What carrying them costs").
 * **Operations that are not geometric** (``KIND`` photometric, output or batch: colour, CLAHE,
   blur, ``Normalize``, ``RandomErasing``) leave both unchanged: one identity kernel registered on
   :class:`Transform` reads the declared ``KIND``, so a new photometric operation needs nothing here,
@@ -67,8 +70,9 @@ SHRT_MAX = 32767  # cv2.remap's integer maps (CV_16SC2) and its output sides sta
 def _checked_mask(op: Transform | str, mask) -> np.ndarray:
     mask = np.asarray(mask)
     if mask.ndim != 2 or mask.dtype.kind not in "iub":
-        raise ConfigError(f"{op if isinstance(op, str) else type(op).__name__ + ' mask kernel'}: got an array of shape {mask.shape} and dtype "
-                          f"{mask.dtype}; give one H x W integer array of class ids (uint8)")
+        where = op if isinstance(op, str) else f"{type(op).__name__} mask kernel"
+        raise ConfigError(f"{where}: got an array of shape {mask.shape} and dtype {mask.dtype}; give one H x W "
+                          "integer array of class ids (uint8)")
     return mask
 
 

@@ -136,9 +136,10 @@ def test_a_chains_boxes_equal_its_kernels_one_by_one(name, n):
         assert dropped == want_dropped
 
 
-def test_axis_keeping_maps_move_few_boxes_exactly_as_the_numpy_path(monkeypatch):
-    """Up to FEW_BOXES boxes on Python floats, where a resize, crop or flip needs two corners, not four: the
-    same doubles as the numpy path's four corners, bit for bit."""
+def test_few_boxes_take_two_corners_and_give_the_numpy_paths_doubles(monkeypatch):
+    """Up to FEW_BOXES boxes on Python floats move two corners, those the map's signs pick, not four: the
+    same doubles as the numpy path's least and greatest of the four corners, bit for bit (axis-keeping
+    maps, any affine map, boxes given reversed)."""
     from dali_backend.transforms import boxmove
 
     rng = np.random.default_rng(4)
@@ -147,6 +148,12 @@ def test_axis_keeping_maps_move_few_boxes_exactly_as_the_numpy_path(monkeypatch)
         a, e = rng.choice([-1, 1]) * rng.uniform(0.2, 3), rng.choice([-1, 1]) * rng.uniform(0.2, 3)
         m = np.array([[a, 0, rng.uniform(-100, 100)], [0, e, rng.uniform(-100, 100)], [0, 0, 1]])
         cases.append((random_boxes(rng, int(rng.integers(0, boxmove.FEW_BOXES + 1))), m, tuple(rng.integers(1, 300, 2))))
+    for _ in range(300):  # any map, and boxes given with x2 < x1 or y2 < y1 (a Boxes the kernels made by hand)
+        b = random_boxes(rng, int(rng.integers(0, boxmove.FEW_BOXES + 1)))
+        flipped = np.where(rng.random((len(b), 1)) < 0.3, b.xyxy[:, [2, 3, 0, 1]], b.xyxy)
+        m = np.array([[*rng.uniform(-3, 3, 2), rng.uniform(-100, 100)], [*rng.uniform(-3, 3, 2), rng.uniform(-100, 100)],
+                      [0, 0, 1]])
+        cases.append((Boxes(flipped, b.labels, SIZE, rng.uniform(0, 1, len(b))), m, tuple(rng.integers(1, 300, 2))))
     few = [move_boxes(*c) for c in cases]
     monkeypatch.setattr(boxmove, "FEW_BOXES", -1)
     for (b, m, size), p in zip(cases, few):
