@@ -233,8 +233,7 @@ class ImageDataset(Dataset):
         mask = t.read_mask(self.reader, served, size) if "masks" in t.kinds else None
         boxes = None
         if "boxes" in t.kinds:
-            xyxy, labels = t.boxes_of(served)
-            boxes = Boxes(xyxy, labels, size)
+            boxes = Boxes.of_index(*t.boxes_of(served), size)
         mask, boxes, dropped = move_targets(self.spec.transforms, params, mask, boxes, self.box_policy, self.fill_mask)
         return {"mask": None if mask is None else np.ascontiguousarray(mask)[None],
                 "boxes": None if boxes is None else boxes.xyxy, "box_labels": None if boxes is None else boxes.labels,

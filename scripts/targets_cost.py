@@ -81,7 +81,7 @@ def per_sample(masks, boxes, spec, repeats: int = 5) -> None:
     b = boxes.annotations
     bsize = {i: (int(boxes.heights[i]), int(boxes.widths[i])) for i in range(len(boxes))}
     bparams = {i: spec.make_params(0, 0, i, bsize[i]) for i in range(len(boxes))}
-    box_ms = best(lambda i: move_targets(spec.transforms, bparams[i], None, Boxes(*b.boxes_of(i), bsize[i])),
+    box_ms = best(lambda i: move_targets(spec.transforms, bparams[i], None, Boxes.of_index(*b.boxes_of(i), bsize[i])),
                   range(len(boxes)))
     from dali_backend.dali.targetgraph import mask_wire, moved_boxes  # the DALI reader worker's share
 

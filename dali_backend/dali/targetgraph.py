@@ -113,8 +113,8 @@ def mask_graph(fn, types, mask, spec, values: list, fill: int = 0):
 def moved_boxes(spec, params: list[dict], annotations, served: int, size: tuple[int, int],
                 policy: BoxPolicy) -> dict:
     """Sample ``served``'s boxes moved by the draw (the operations' box kernels), as the note carries them."""
-    xyxy, labels = annotations.boxes_of(served)
-    _, boxes, dropped = move_targets(spec.transforms, params, None, Boxes(xyxy, labels, size), policy)
+    _, boxes, dropped = move_targets(spec.transforms, params, None, Boxes.of_index(*annotations.boxes_of(served), size),
+                                     policy)
     return {"boxes": boxes.xyxy.tolist(), "labels": boxes.labels.tolist(), "dropped": dropped.total}
 
 

@@ -81,6 +81,12 @@ class Boxes:
             object.__setattr__(out, name, value)
         return out
 
+    @classmethod
+    def of_index(cls, xyxy: NDArray[np.float32], labels: NDArray[np.int64], canvas: Size) -> Boxes:
+        """A sample's boxes as the index holds them (``IndexTargets.boxes_of``: float32 ``[N, 4]`` and int64
+        ``[N]``, checked when the index was built or loaded) on its decoded image's ``canvas`` (h, w)."""
+        return cls.checked(xyxy, labels, (int(canvas[0]), int(canvas[1])), np.ones(len(labels), np.float32))
+
     def __len__(self) -> int:
         return len(self.labels)
 
