@@ -105,6 +105,10 @@ class ImageDataset(Dataset):
             default None: no bound).
         box_policy: which moved boxes a sample keeps (an index with targets; default
             ``BoxPolicy()``: at least 1 pixel of area).
+        fill_mask: the class id a mask gets where its image is padded or warped in from outside
+            (letterbox bands, crop padding, a rotation's corners, ``pad_batch``), on both backends:
+            0 (default, background) or an ignore id such as 255 for ``CrossEntropyLoss(ignore_index=255)``
+            (albumentations' ``fill_mask``, torchvision v2's ``fill={tv_tensors.Mask: 255}``).
 
     ``ds[i]`` returns ``(image, label)``: float32 ``[3, H, W]`` (the spec's dtype) and an int64 scalar
     tensor. Bad files raise :class:`BadImageError` naming the file; nothing is replaced silently.
@@ -112,7 +116,8 @@ class ImageDataset(Dataset):
 
     def __init__(self, index: SampleIndex, spec: AugmentSpec | None = None, seed: int = 0, on_error: OnError = "raise",
                  cache: bool = False, cache_dir: str | os.PathLike | None = None,
-                 cache_limit_bytes: int | None = None, box_policy: BoxPolicy | None = None, **unexpected):
+                 cache_limit_bytes: int | None = None, box_policy: BoxPolicy | None = None, fill_mask: int = 0,
+                 **unexpected):
         if unexpected:
             raise ConfigError(_unexpected_arguments(unexpected))
         if not isinstance(index, SampleIndex):
@@ -132,6 +137,10 @@ class ImageDataset(Dataset):
         if box_policy is not None and not isinstance(box_policy, BoxPolicy):
             raise ConfigError(f"ImageDataset: box_policy must be a BoxPolicy, got {type(box_policy).__name__}")
         self.box_policy = box_policy or BoxPolicy()
+        if isinstance(fill_mask, bool) or not isinstance(fill_mask, (int, np.integer)) or not 0 <= fill_mask <= 255:
+            raise ConfigError(f"ImageDataset: fill_mask={fill_mask!r}; give a uint8 class id in [0, 255] (0: "
+                              "background, or an ignore id such as 255)")
+        self.fill_mask = int(fill_mask)
         self.on_error = check_on_error(on_error)
         self.options = {name: value for name, value in locals().items() if name in _options()}
         warn_if_colour_dropped(index, spec)  # the preset's default gray on colour files: said once per index
@@ -145,7 +154,7 @@ class ImageDataset(Dataset):
     def samples(self) -> SampleSet:
         """This dataset as the contract's record an executor runs on (index, reader, spec, seed)."""
         return SampleSet(index=self.index, reader=self.reader, spec=self.spec, seed=self.seed,
-                         box_policy=self.box_policy)
+                         box_policy=self.box_policy, fill_mask=self.fill_mask)
 
     def with_index(self, index: SampleIndex) -> ImageDataset:
         """A dataset over ``index`` with every other argument this one was given (``options``: each
@@ -224,9 +233,8 @@ class ImageDataset(Dataset):
         mask = t.read_mask(self.reader, served, size) if "masks" in t.kinds else None
         boxes = None
         if "boxes" in t.kinds:
-            xyxy, labels = t.boxes_of(served)
-            boxes = Boxes(xyxy, labels, size)
-        mask, boxes, dropped = move_targets(self.spec.transforms, params, mask, boxes, self.box_policy)
+            boxes = Boxes.of_index(*t.boxes_of(served), size)
+        mask, boxes, dropped = move_targets(self.spec.transforms, params, mask, boxes, self.box_policy, self.fill_mask)
         return {"mask": None if mask is None else np.ascontiguousarray(mask)[None],
                 "boxes": None if boxes is None else boxes.xyxy, "box_labels": None if boxes is None else boxes.labels,
                 "dropped": dropped.total}

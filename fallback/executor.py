@@ -101,7 +101,8 @@ class TorchExecutor:
         extra = {"pin_memory_device": pin_memory_device} if pin_memory and pin_memory_device else {}
         self._loader = DataLoader(
             Uint8Samples(dataset, on_error, with_params, timed, clips), batch_sampler=_PlannedBatches(self),
-            num_workers=num_workers, collate_fn=functools.partial(collate_uint8, pad=dataset.spec.pad_batch),
+            num_workers=num_workers,
+            collate_fn=functools.partial(collate_uint8, pad=dataset.spec.pad_batch, fill_mask=dataset.fill_mask),
             pin_memory=pin_memory, worker_init_fn=worker_init_fn,
             # torch draws each pass's worker seed from this generator: never from the user's global RNG
             # (DALI does not touch it either, so a training script's random numbers are the same on both)

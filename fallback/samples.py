@@ -113,20 +113,22 @@ class Uint8Samples(Dataset):
             return self._bad(draw, e, stages)
 
 
-def pad_images(images: list[np.ndarray], multiple: int) -> tuple[np.ndarray, np.ndarray]:
-    """``[B, C, H, W]`` with each image at the top left and 0 elsewhere, ``H`` and ``W`` the largest
+def pad_images(images: list[np.ndarray], multiple: int, fill: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``[B, C, H, W]`` with each image at the top left and ``fill`` elsewhere, ``H`` and ``W`` the largest
     height and width rounded up to a multiple of ``multiple``; and the valid sizes ``[B, 2]``."""
     sizes = np.array([im.shape[1:] for im in images], dtype=np.int64).reshape(-1, 2)
     h, w = (-(-sizes.max(axis=0) // multiple) * multiple).tolist() if len(images) else (0, 0)
-    out = np.zeros((len(images), images[0].shape[0] if images else 1, h, w), dtype=images[0].dtype if images else np.uint8)
+    out = np.full((len(images), images[0].shape[0] if images else 1, h, w), fill,
+                  dtype=images[0].dtype if images else np.uint8)
     for k, im in enumerate(images):
         out[k, :, :im.shape[1], :im.shape[2]] = im
     return out, sizes
 
 
-def collate_uint8(samples: list[tuple], pad: int | None = None) -> tuple:
+def collate_uint8(samples: list[tuple], pad: int | None = None, fill_mask: int = 0) -> tuple:
     """A batch of :class:`Uint8Samples` samples: ``(images [B, C, H, W] uint8, labels [B] int64, served rows
-    [B, 4], notes, stages summed, valid sizes or None, targets or None)``; ``pad``: the spec's ``pad_batch``."""
+    [B, 4], notes, stages summed, valid sizes or None, targets or None)``; ``pad``: the spec's ``pad_batch``,
+    ``fill_mask``: the dataset's class id for padded mask pixels."""
     if pad is not None:  # variable-size outputs: padded to the batch's largest, with the valid sizes
         padded, sizes = pad_images([s[0] for s in samples], pad)  # a bad draw's blank is 1 x 1
         images = torch.from_numpy(padded)
@@ -137,22 +139,36 @@ def collate_uint8(samples: list[tuple], pad: int | None = None) -> tuple:
     for s in samples:
         for k, v in s[4].items():
             stages[k] = stages.get(k, 0.0) + v
-    targets = collate_targets([s[5] for s in samples], pad) if len(samples) and len(samples[0]) > 5 else None
+    targets = collate_targets([s[5] for s in samples], pad, fill_mask) if len(samples) and len(samples[0]) > 5 else None
     return images, labels, np.stack([s[2] for s in samples]), [s[3] for s in samples], stages, sizes, targets
 
 
-def collate_targets(per_sample: list[dict], pad: int | None) -> dict:
+def collate_targets(per_sample: list[dict], pad: int | None, fill_mask: int = 0) -> dict:
     """A batch's targets (fields of :class:`~dali_backend.core.boundary.Batch`): masks ``[B, 1, H, W]``
-    uint8 (padded as the images are, with ``pad``), boxes and their labels as lists of ``[N_i, 4]``
-    float32 and ``[N_i]`` int64 tensors, and the boxes the policy dropped, summed."""
+    uint8 (padded as the images are, with ``pad``, by ``fill_mask``), the boxes and their labels as one array
+    each plus the per-image counts (:func:`split_boxes` makes the lists of ``[N_i, 4]`` float32 and ``[N_i]``
+    int64 tensors), and the boxes the policy dropped, summed."""
     out: dict = {"dropped": int(sum(t["dropped"] for t in per_sample))}
     if per_sample[0]["mask"] is not None:
         masks = [t["mask"] for t in per_sample]
-        out["masks"] = torch.from_numpy(pad_images(masks, pad)[0] if pad is not None else np.stack(masks))
-    if per_sample[0]["boxes"] is not None:
-        out["boxes"] = [torch.from_numpy(np.array(t["boxes"], np.float32)) for t in per_sample]  # owned: writable
-        out["box_labels"] = [torch.from_numpy(np.array(t["box_labels"], np.int64)) for t in per_sample]
+        out["masks"] = torch.from_numpy(pad_images(masks, pad, fill_mask)[0] if pad is not None else np.stack(masks))
+    if per_sample[0]["boxes"] is not None:  # one array and the counts: 2 B small tensors cost 2 B shared segments
+        out["boxes"] = (np.concatenate([np.asarray(t["boxes"], np.float32).reshape(-1, 4) for t in per_sample]),
+                        np.concatenate([np.asarray(t["box_labels"], np.int64).reshape(-1) for t in per_sample]),
+                        [len(t["box_labels"]) for t in per_sample])
     return out
+
+
+def split_boxes(targets: dict | None) -> dict | None:
+    """:func:`collate_targets`' fields as :class:`~dali_backend.core.boundary.Batch` takes them, in the training
+    process: the batch's boxes as one array each for boxes and labels (pickled with the batch, where a
+    tensor per image would cross as its own shared-memory segment) split into per-image tensors, views of
+    one buffer each."""
+    if targets is None or "boxes" not in targets or not isinstance(targets["boxes"], tuple):
+        return targets
+    xyxy, labels, counts = targets["boxes"]
+    return {**targets, "boxes": list(torch.from_numpy(xyxy).split(counts)),
+            "box_labels": list(torch.from_numpy(labels).split(counts))}
 
 
 def batch_of(collated: tuple, with_params: bool, in_flight: int) -> Batch:
@@ -163,4 +179,4 @@ def batch_of(collated: tuple, with_params: bool, in_flight: int) -> Batch:
     params = None if bad or not with_params else notes
     return Batch(images=images, labels=labels, planned=meta[:, Served.PLANNED], served=meta[:, Served.SERVED],
                  positions=meta[:, Served.POSITION], epochs=meta[:, Served.EPOCH], params=params, bad=bad,
-                 stages=stages, in_flight=in_flight, sizes=sizes, **(targets or {}))
+                 stages=stages, in_flight=in_flight, sizes=sizes, **(split_boxes(targets) or {}))

@@ -116,6 +116,7 @@ class ThreadExecutor:
         self._samples = Uint8Samples(dataset, on_error, with_params, timed, clips)
         self._frames = clips.clip_len if clips is not None else 1  # a clip's frames stay in one share
         self._pad = dataset.spec.pad_batch
+        self._fill_mask = dataset.fill_mask
         self._worker_init_fn = worker_init_fn
         self._trim = EveryNth(BATCHES_PER_TRIM)
         self._pool: ThreadPoolExecutor | None = None
@@ -137,7 +138,7 @@ class ThreadExecutor:
 
     def _collate(self, samples: list) -> tuple:
         """A batch's samples collated (in the loader's thread), pinned when asked."""
-        collated = collate_uint8(samples, self._pad)
+        collated = collate_uint8(samples, self._pad, self._fill_mask)
         if self.pin_memory:
             collated = (collated[0].pin_memory(), collated[1].pin_memory(), *collated[2:])
         return collated

@@ -94,6 +94,7 @@ class SampleSet:
     spec: AugmentSpec
     seed: int
     box_policy: Any = None  # which moved boxes a draw keeps (an index with targets; None: BoxPolicy())
+    fill_mask: int = 0  # a mask's class id where its image is padded or warped in from outside
 
 
 Params = list  # one draw's parameters: one dict per operation of ``spec.transforms``, in order

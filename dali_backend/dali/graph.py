@@ -35,14 +35,16 @@ def import_dali():
 
 def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, device: Literal["cpu", "gpu"],
                    device_id: int | None, num_threads: int, py_num_workers: int, py_start_method: str = "fork",
-                   prefetch_queue_depth: int = 2, hw_decoder_load: float = 0.65, seed: int = 0, masks: bool = False):
+                   prefetch_queue_depth: int = 2, hw_decoder_load: float = 0.65, seed: int = 0, masks: bool = False,
+                   fill_mask: int = 0):
     """Build (not yet run) the pipeline for ``spec``; outputs ``(images uint8 [B, C, H, W], labels, slots)``,
     and each image's ``[H, W, C]`` before padding when the spec pads variable-size batches (``pad_batch``).
 
     The graph is the spec's operations in order (``op.dali``), fed by the parameters the source
     sends: the external source's outputs and dtypes are ``spec.wire``, and each operation receives
     its own parameters by name. ``masks``: the source also sends each draw's mask and its steps'
-    arrays (:mod:`.targetgraph`), and the graph outputs the moved masks ``[B, 1, H, W]`` last. When the first operation that changes pixels is a crop whose window
+    arrays (:mod:`.targetgraph`), and the graph outputs the moved masks ``[B, 1, H, W]`` last, ``fill_mask``
+    where they are padded or warped in from outside. When the first operation that changes pixels is a crop whose window
     lies inside the image (``spec.region_crop``), only that window is decoded.
     """
     dali = import_dali()
@@ -93,9 +95,9 @@ def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, de
         extra = ()
         if masks:  # the mask through the same geometry, by nearest neighbour (targetgraph)
             mask = fn.reshape(mask_values[0], layout="HWC")
-            mask = mask_graph(fn, types, mask.gpu() if gpu else mask, spec, mask_values[1:])
+            mask = mask_graph(fn, types, mask.gpu() if gpu else mask, spec, mask_values[1:], fill_mask)
             if spec.pad_batch is not None:
-                mask = fn.pad(mask, axis_names="HW", align=[spec.pad_batch, spec.pad_batch], fill_value=0)
+                mask = fn.pad(mask, axis_names="HW", align=[spec.pad_batch, spec.pad_batch], fill_value=fill_mask)
             extra = (_chw(fn, mask, 1),)
         if spec.pad_batch is None:
             return (_output(fn, types, images, spec), labels, slots) + extra

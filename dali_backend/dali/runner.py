@@ -262,7 +262,7 @@ class DaliRunner:
                                                 py_start_method=py_start_method,
                                                 prefetch_queue_depth=prefetch_queue_depth,
                                                 hw_decoder_load=hw_decoder_load, seed=samples.seed,
-                                                masks="masks" in self.kinds)
+                                                masks="masks" in self.kinds, fill_mask=samples.fill_mask)
             with starting_workers():
                 self.pipe.build()
         except BaseException:

@@ -32,6 +32,7 @@ OPTIONS = {
                   and ds.reader.disk.folder == str(tmp / "cache") and entries(tmp / "cache") == len(ds.index)),
     "cache_limit_bytes": (2**30, lambda ds, _: ds.reader.disk is not None and ds.reader.disk.limit == 2**30),
     "box_policy": (BoxPolicy(min_area=3.0), lambda ds, _: ds.box_policy == BoxPolicy(min_area=3.0)),
+    "fill_mask": (255, lambda ds, _: ds.fill_mask == 255 and ds.samples.fill_mask == 255),
 }
 
 

@@ -1,8 +1,9 @@
 """The mask graph on the GPU, defined on a CPU machine: its build errors are CI failures.
 
 ``build_pipeline(..., device="gpu", masks=True)`` then ``_build_graph()`` runs DALI's argument checks
-for the mask steps (``fn.resize`` / ``fn.warp_affine`` with nearest interpolation) without a GPU; the
-defined graph is read back to check that the mask's operators run on the GPU, beside the image's."""
+for the mask steps (``fn.resize`` / ``fn.warp_affine`` with nearest interpolation, ``fn.slice`` for crops)
+without a GPU; the defined graph is read back to check that the mask's operators run on the GPU, beside
+the image's."""
 
 from __future__ import annotations
 
@@ -38,10 +39,10 @@ def test_the_mask_graph_is_defined_on_both_devices(recipe, device):
                           py_num_workers=1, masks=True)
     pipe._build_graph()
     nodes = graph_nodes(pipe)
-    nn = [n for n in nodes if n["op"] in ("Resize", "WarpAffine")]
+    nn = [n for n in nodes if n["op"] in ("Resize", "WarpAffine", "Slice")]
     assert nn, [n["op"] for n in nodes]  # the mask steps are in the graph
     for node in nodes:
         if node["op"] == "ExternalSource":
             assert node["device"] == "cpu"
-        elif node["op"] in ("Resize", "WarpAffine"):
+        elif node["op"] in ("Resize", "WarpAffine", "Slice"):  # a crop of the mask is a slice
             assert node["device"] == device, f"{node['op']} runs on {node['device']}, expected {device}"

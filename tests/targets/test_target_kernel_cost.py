@@ -81,13 +81,13 @@ def test_few_boxes_move_on_python_floats_exactly_as_the_numpy_path(monkeypatch):
     """Up to FEW_BOXES boxes are moved on Python floats: the same doubles as the numpy path, bit for bit
     (clipped, emptied and hidden boxes included); measured 9 us against 40 us for 3 boxes (not asserted:
     speed is the benchmark's to measure)."""
-    from dali_backend.transforms import targets
+    from dali_backend.transforms import boxmove, targets
 
     rng = np.random.default_rng(3)
     draws = [(random_boxes(rng, int(rng.integers(0, targets.FEW_BOXES + 1))), random_affine(rng),
               (int(rng.integers(1, 400)), int(rng.integers(1, 400)))) for _ in range(500)]
     few = [targets.move_boxes(*d) for d in draws]
-    monkeypatch.setattr(targets, "FEW_BOXES", -1)  # every call through numpy
+    monkeypatch.setattr(boxmove, "FEW_BOXES", -1)  # every call through numpy
     for (b, _, _), p, (_, m, size) in zip(draws, few, draws):
         q = targets.move_boxes(b, m, size)
         assert np.array_equal(p.xyxy, q.xyxy) and np.array_equal(p.visible, q.visible) and p.canvas == q.canvas

@@ -109,3 +109,33 @@ def test_each_mask_step_is_equal_on_both_backends(mvtec_index, det_index, recipe
                 assert torch.equal(x["sizes"], y["sizes"].cpu())
             for p, q in zip(x.get("boxes", ()), y.get("boxes", ())):
                 assert p.shape == q.shape and torch.allclose(p, q, atol=1e-3, rtol=0), recipe
+
+
+@pytest.mark.parametrize("dali", DALI)
+def test_an_ignore_id_fills_the_masks_outside_pixels_equally_on_both_backends(mvtec_index, dali):
+    """``fill_mask=255``: where the image is padded (crop padding, letterbox bands, a rotation's corners,
+    ``pad_batch``) the mask holds 255, the same pixels on both backends; inside, the class ids."""
+    spec = AugmentSpec(ops=[T.RandomCrop(140, padding=10), T.Resize((72, 96), letterbox=True), T.RandomRotation(25),
+                            T.Resize(60, max_size=90)], pad_batch=16, color="rgb", dtype="uint8")
+    got = {}
+    for backend in ("torch", dali):
+        if backend != "torch":
+            pytest.importorskip("nvidia.dali")
+        got[backend] = list(DaliLoader(ImageDataset(mvtec_index, spec, seed=5, fill_mask=255), batch_size=4,
+                                       **LOADER_ARGS[backend]))
+    plain = run(mvtec_index, "torch", spec, seed=5)
+    for x, y, z in zip(got["torch"], got[dali], plain):
+        assert torch.equal(x["mask"], y["mask"].cpu())
+        ignored = x["mask"] == 255
+        assert ignored.any() and set(torch.unique(x["mask"]).tolist()) <= {0, 1, 255}
+        assert torch.equal(x["mask"][~ignored], z["mask"][~ignored]) and (z["mask"][ignored] == 0).all()
+        for k, (h, w) in enumerate(x["sizes"].tolist()):  # the batch's padding beyond each image's size
+            assert (x["mask"][k, 0, h:] == 255).all() and (x["mask"][k, 0, :, w:] == 255).all()
+
+
+@pytest.mark.parametrize("value", [-1, 256, 1.5, True, "255"])
+def test_a_fill_mask_outside_uint8_is_refused(mvtec_index, value):
+    from dali_backend.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"fill_mask=.*\[0, 255\]"):
+        ImageDataset(mvtec_index, fill_mask=value)

@@ -1,0 +1,181 @@
+"""A chain's targets (``move_targets``) against its operations' kernels called one by one: consecutive crops,
+flips and resizes are composed as 1-D integer maps and gathered once (the same class ids, fill included),
+and boxes travel as plain rows between the operations (within float32 rounding of the one-by-one result);
+the batch's boxes cross the worker queue as one array and come back as per-image tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from dali_backend import transforms as T
+from dali_backend.errors import ConfigError
+from dali_backend.transforms import targets
+from dali_backend.transforms.base import KERNELS, register_kernel
+from dali_backend.transforms.targets import BoxPolicy, Boxes, forward_matrix, move_boxes, move_targets
+
+SIZE = (61, 83)
+CHAINS = {
+    "rrc+flips": [T.RandomResizedCrop((40, 56), scale=(0.3, 1.0)), T.RandomHorizontalFlip(), T.RandomVerticalFlip()],
+    "resize+centercrop": [T.Resize(70), T.CenterCrop(64)],
+    "pad+letterbox": [T.RandomCrop(72, pad_if_needed=True, fill=3), T.Resize((50, 90), letterbox=True),
+                      T.RandomHorizontalFlip()],
+    "recipe": [T.RandomResizedCrop(48, scale=(0.5, 1.0)), T.RandomHorizontalFlip(), T.ColorJitter(0.3, 0.3),
+               T.RandomRotation(15), T.RandomAffine(10, translate=(0.05, 0.05), scale=(0.9, 1.1), shear=5),
+               T.CenterCrop(40), T.RandomVerticalFlip()],
+    "quarter turns": [T.Resize((50, 70)), T.RandomRot90(), T.RandomCrop(40, padding=6)],
+}
+
+
+def one_by_one(ops, params, mask, fill):
+    for op, p in zip(ops, params):
+        if not op.is_identity:
+            mask = type(op).kernel_for("mask")(op, mask, p, fill=fill)
+    return mask
+
+
+def draws(ops, n=24):
+    from dali_backend.core.augment import AugmentSpec
+
+    spec = AugmentSpec(ops=ops, pad_batch=8)
+    return [spec.make_params(seed=5, epoch=1, position=k, image_size=SIZE) for k in range(n)], spec.transforms
+
+
+@pytest.mark.parametrize("name", sorted(CHAINS))
+@pytest.mark.parametrize("fill", [0, 255])
+def test_a_chains_mask_equals_its_kernels_one_by_one(name, fill):
+    mask = np.random.default_rng(2).integers(0, 5, SIZE).astype(np.uint8)
+    params, ops = draws(CHAINS[name])
+    for k, p in enumerate(params):
+        got, _, _ = move_targets(ops, p, mask, fill=fill)
+        want = one_by_one(ops, p, mask, fill)
+        assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want), (name, k)
+
+
+def test_consecutive_crops_flips_and_resizes_are_gathered_once(monkeypatch):
+    calls = []
+    real = targets.gathered
+    monkeypatch.setattr(targets, "gathered", lambda *a: calls.append(1) or real(*a))
+    params, ops = draws(CHAINS["rrc+flips"] + [T.ColorJitter(0.2)], n=3)
+    for p in params:
+        move_targets(ops, p, np.ones(SIZE, np.uint8))
+    assert len(calls) == 3  # one gather per draw, not one per operation
+    calls.clear()
+    params, ops = draws(CHAINS["recipe"], n=2)
+    for p in params:
+        move_targets(ops, p, np.ones(SIZE, np.uint8))
+    assert len(calls) == 4  # before the rotation, and after the affine: the warps are passes of their own
+
+
+def test_the_warps_of_a_chain_share_one_source_loop_with_the_same_indices(monkeypatch):
+    """Consecutive warps of one output size compute their float32 source indices in one loop: each the
+    same as alone, bit for bit; a rotation then an affine (a colour operation between) is one call."""
+    rng = np.random.default_rng(7)
+    jobs = []
+    for _ in range(3):
+        a, sc = np.radians(rng.uniform(-180, 180)), rng.uniform(0.3, 3.0)
+        m = np.array([[sc * np.cos(a), sc * np.sin(a), rng.uniform(-50, 50)],
+                      [-sc * np.sin(a), sc * np.cos(a), rng.uniform(-50, 50)]], np.float32)
+        jobs.append((m, 37, 61))
+    together = targets.warp_sources(jobs)
+    for job, got in zip(jobs, together):
+        alone = targets.warp_sources([job])[0]
+        assert got.shape == alone.shape == (61, 37, 2) and np.array_equal(got, alone)
+    with pytest.raises(ConfigError, match="one .out_h, out_w."):
+        targets.warp_sources([jobs[0], (jobs[1][0], 5, 60)])
+    calls = []
+    real = targets.warp_sources
+    monkeypatch.setattr(targets, "warp_sources", lambda j: calls.append(len(j)) or real(j))
+    params, ops = draws(CHAINS["recipe"], n=3)
+    for p in params:
+        move_targets(ops, p, np.ones(SIZE, np.uint8))
+    assert calls == [2, 2, 2]
+
+
+def test_an_operation_with_its_own_mask_kernel_is_not_composed(monkeypatch):
+    class _Shifted(T.RandomHorizontalFlip):  # "_": kept out of the operations' registry
+        pass
+
+    monkeypatch.setattr("dali_backend.transforms.base.KERNELS", dict(KERNELS))  # the registration stays here
+    register_kernel(_Shifted, "mask", lambda op, mask, params, fill=0: np.roll(mask, 1, axis=1))
+    ops = [T.CenterCrop(40), _Shifted(1.0), T.RandomVerticalFlip(1.0)]
+    params = [op.make_params(seed=0, epoch=0, position=0, image_size=SIZE) for op in ops]
+    mask = np.arange(SIZE[0] * SIZE[1]).reshape(SIZE).astype(np.uint16)
+    got, _, _ = move_targets(ops, params, mask)
+    assert np.array_equal(got, np.roll(targets.crop(mask, *ops[0].window(params[0])), 1, axis=1)[::-1])
+    with pytest.raises(ConfigError, match="move_targets"):
+        move_targets(ops, params, np.zeros((4, 4, 3), np.uint8))
+
+
+def random_boxes(rng, n):
+    x1, y1 = rng.uniform(0, SIZE[1] - 2, n), rng.uniform(0, SIZE[0] - 2, n)
+    x2, y2 = np.minimum(x1 + rng.uniform(0, 40, n), SIZE[1]), np.minimum(y1 + rng.uniform(0, 40, n), SIZE[0])
+    return Boxes(np.stack([x1, y1, x2, y2], 1), np.arange(n), SIZE)
+
+
+@pytest.mark.parametrize("name", sorted(CHAINS))
+@pytest.mark.parametrize("n", [3, 40])
+def test_a_chains_boxes_equal_its_kernels_one_by_one(name, n):
+    """Rows in doubles between the operations, float32 once at the end: within float32 rounding of the
+    kernels called one by one (each rounds to float32), the same boxes kept and dropped."""
+    rng = np.random.default_rng(n)
+    params, ops = draws(CHAINS[name])
+    policy = BoxPolicy(min_area=2.0, min_visibility=0.2)
+    for k, p in enumerate(params):
+        boxes = random_boxes(rng, n)
+        _, got, dropped = move_targets(ops, p, None, boxes, policy)
+        want = boxes
+        for op, q in zip(ops, p):
+            if not op.is_identity:
+                want = type(op).kernel_for("boxes")(op, want, q)
+        want, want_dropped = policy.apply(want)
+        assert got.canvas == want.canvas and got.labels.tolist() == want.labels.tolist(), (name, k)
+        np.testing.assert_allclose(got.xyxy, want.xyxy, atol=1e-3, err_msg=f"{name} {k}")
+        np.testing.assert_allclose(got.visible, want.visible, atol=1e-5)
+        assert dropped == want_dropped
+
+
+def test_few_boxes_take_two_corners_and_give_the_numpy_paths_doubles(monkeypatch):
+    """Up to FEW_BOXES boxes on Python floats move two corners, those the map's signs pick, not four: the
+    same doubles as the numpy path's least and greatest of the four corners, bit for bit (axis-keeping
+    maps, any affine map, boxes given reversed)."""
+    from dali_backend.transforms import boxmove
+
+    rng = np.random.default_rng(4)
+    cases = []
+    for _ in range(300):
+        a, e = rng.choice([-1, 1]) * rng.uniform(0.2, 3), rng.choice([-1, 1]) * rng.uniform(0.2, 3)
+        m = np.array([[a, 0, rng.uniform(-100, 100)], [0, e, rng.uniform(-100, 100)], [0, 0, 1]])
+        cases.append((random_boxes(rng, int(rng.integers(0, boxmove.FEW_BOXES + 1))), m, tuple(rng.integers(1, 300, 2))))
+    for _ in range(300):  # any map, and boxes given with x2 < x1 or y2 < y1 (a Boxes the kernels made by hand)
+        b = random_boxes(rng, int(rng.integers(0, boxmove.FEW_BOXES + 1)))
+        flipped = np.where(rng.random((len(b), 1)) < 0.3, b.xyxy[:, [2, 3, 0, 1]], b.xyxy)
+        m = np.array([[*rng.uniform(-3, 3, 2), rng.uniform(-100, 100)], [*rng.uniform(-3, 3, 2), rng.uniform(-100, 100)],
+                      [0, 0, 1]])
+        cases.append((Boxes(flipped, b.labels, SIZE, rng.uniform(0, 1, len(b))), m, tuple(rng.integers(1, 300, 2))))
+    few = [move_boxes(*c) for c in cases]
+    monkeypatch.setattr(boxmove, "FEW_BOXES", -1)
+    for (b, m, size), p in zip(cases, few):
+        q = move_boxes(b, m, size)
+        assert np.array_equal(p.xyxy, q.xyxy) and np.array_equal(p.visible, q.visible)
+    op = T.RandomResizedCrop(32)
+    params = op.make_params(seed=0, epoch=0, position=1, image_size=SIZE)
+    top, left, h, w = op.window(params)
+    np.testing.assert_allclose(forward_matrix(op, params, SIZE), [[32 / w, 0, -left * 32 / w], [0, 32 / h, -top * 32 / h],
+                                                                   [0, 0, 1]])
+
+
+def test_a_batchs_boxes_cross_the_queue_as_one_array_and_come_back_per_image():
+    from fallback.samples import collate_targets, split_boxes
+
+    per = [{"mask": None, "boxes": np.full((n, 4), n, np.float32), "box_labels": np.arange(n), "dropped": n}
+           for n in (2, 0, 3)]
+    collated = collate_targets(per, None)
+    xyxy, labels, counts = collated["boxes"]
+    assert isinstance(xyxy, np.ndarray) and xyxy.shape == (5, 4) and counts == [2, 0, 3]  # no tensor to share
+    out = split_boxes(collated)
+    assert [tuple(b.shape) for b in out["boxes"]] == [(2, 4), (0, 4), (3, 4)] and out["dropped"] == 5
+    assert all(isinstance(b, torch.Tensor) and b.dtype == torch.float32 for b in out["boxes"])
+    assert [lab.tolist() for lab in out["box_labels"]] == [[0, 1], [], [0, 1, 2]]
+    assert (out["boxes"][2] == 3).all()
