@@ -43,3 +43,32 @@ def test_fast_resize_is_the_reference_on_many_sizes(src, dst, channels):
     for img in (smooth, np.full(shape, 128, np.uint8), (np.indices(shape).sum(axis=0) % 2 * 255).astype(np.uint8)):
         got = resample.resize(img, *dst)
         assert np.array_equal(got, resample.resize_exact(img, *dst)), (src, dst, channels)
+
+
+@pytest.mark.parametrize("src, dst", SIZES + [((1536, 2048), (224, 224)), ((20, 20), (81, 60))])
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+@pytest.mark.parametrize("antialias", [True, False])
+def test_the_row_passes_are_the_reference_at_every_size(src, dst, channels, dtype, antialias):
+    """resize_passes (DALI's arithmetic on gathered rows, what resize runs when the taps are few) gives
+    resize_exact's values and rounding (ties by position) at sizes either kernel of resize would take."""
+    rng = np.random.default_rng(src[1] * 5 + dst[0])
+    shape = src if channels == 1 else src + (channels,)
+    top = np.iinfo(dtype).max
+    images = (rng.integers(0, top + 1, shape).astype(dtype), np.full(shape, top // 2 + 1, dtype),
+              (np.indices(shape).sum(axis=0) % 2 * top).astype(dtype))
+    for img in images:
+        got = resample.resize_passes(img, *dst, antialias=antialias)
+        want = resample.resize_exact(img, *dst, antialias=antialias)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert np.array_equal(got, want), (src, dst, channels, dtype)
+
+
+def test_resize_takes_the_row_passes_when_the_taps_are_few(monkeypatch):
+    """320x240 -> 256x256 (3 + 2 taps) runs resize_passes; 640x480 (5 + 4) the sparse products."""
+    called = []
+    real = resample.resize_passes
+    monkeypatch.setattr(resample, "resize_passes", lambda *a, **k: called.append(a[0].shape) or real(*a, **k))
+    for shape in ((240, 320), (480, 640)):
+        resample.resize(np.zeros(shape, np.uint8), 256, 256)
+    assert called == [(240, 320)]
