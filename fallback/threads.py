@@ -208,6 +208,10 @@ class ThreadExecutor:
         """No worker processes: the threads' CPU is the training process's own."""
         return []
 
+    def pool_threads(self) -> int:
+        """The threads making batches (telemetry: ``threads``; report() names more than the cores)."""
+        return self.num_workers
+
     @staticmethod
     def _drop(pending: deque) -> None:
         for shares in list(pending):

@@ -63,6 +63,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "main_cpu_percent": ("%", "this pass: CPU use of the training process (100 = one core)"),
     "main_pss_mb": ("MB", "memory of the training process (PSS, or RSS where PSS is not known)"),
     "workers": ("count", "the executor's worker processes alive"),
+    "threads": ("count", "the executor's pool threads in the training process (torch-threads; None elsewhere)"),
     "workers_cpu_percent": ("%", "this pass: CPU use of the worker processes, summed (100 = one core)"),
     "workers_pss_mb": ("MB", "memory of the worker processes (PSS), summed"),
     "intra_op_threads": ("count", "torch intra-op threads the operations ran on, in each worker or in the training "
@@ -214,6 +215,9 @@ class LoaderTelemetry:
     def _worker_pids(self) -> list[int]:
         return list(getattr(self.executor, "worker_pids", lambda: [])() or [])
 
+    def _pool_threads(self) -> int | None:
+        return getattr(self.executor, "pool_threads", lambda: None)()
+
     @staticmethod
     def _cpu_now(pids: list[int]) -> dict[int, tuple[float, float]]:
         from ..util.procstats import process_cpu_seconds
@@ -235,7 +239,7 @@ class LoaderTelemetry:
         worker_mem = [mem[p] for p in pids if mem.get(p) is not None]
         worker_cpu = [cpu_pct[p] for p in pids if cpu_pct.get(p) is not None]
         return {"main_cpu_percent": cpu_pct.get(main), "main_pss_mb": _mb(mem.get(main)),
-                "workers": len([p for p in pids if p in mem]),
+                "workers": len([p for p in pids if p in mem]), "threads": self._pool_threads(),
                 "workers_cpu_percent": sum(worker_cpu) if worker_cpu else None,
                 "workers_pss_mb": _mb(sum(worker_mem)) if worker_mem else None}
 
@@ -314,7 +318,8 @@ def verdict(m: dict, cores: int | None = None) -> str:
     over = oversubscription(m, cores)
     if over:
         lines.append(over)
-        advice = "one torch thread per worker first (torch.set_num_threads(1) in worker_init_fn), then " + advice
+        advice = ("no more executor threads than cores first (num_workers), then " if m.get("threads") else
+                  "one torch thread per worker first (torch.set_num_threads(1) in worker_init_fn), then ") + advice
     workers, busy = m.get("workers") or 0, m.get("workers_cpu_percent")
     if workers and busy is not None:
         lines.append(f"Its {workers} worker process(es) used {busy:.0f}% CPU (100% = one core)"
@@ -328,14 +333,19 @@ def verdict(m: dict, cores: int | None = None) -> str:
 
 def oversubscription(m: dict, cores: int | None) -> str | None:
     """The line naming thread oversubscription, when the operations ran on more threads than the cores
-    (``max(workers, 1) x intra_op_threads > cores``); None otherwise or where not measured."""
+    (``max(workers, 1) x intra_op_threads > cores``, or for ``torch-threads`` its pool threads x their
+    intra-op threads, the training loop's own thread not counted); None otherwise or where not measured."""
     threads = m.get("intra_op_threads")
     if not threads or not cores:
         return None
-    workers = m.get("workers") or 0
-    total = max(workers, 1) * threads
+    workers, pool = m.get("workers") or 0, m.get("threads") or 0
+    total = max(workers, pool, 1) * threads
     if total <= cores:
         return None
+    if pool:
+        return (f"Thread oversubscription: {pool} executor thread(s) x {threads:g} torch intra-op thread(s) = "
+                f"{total:g} threads on {cores} cores; the threads wait for each other (and for the GIL), so the "
+                f"stage costs above include that wait: num_workers={cores} or fewer for backend='torch-threads'.")
     where = f"{workers} worker process(es) x {threads:g}" if workers else f"the training process's {threads:g}"
     return (f"Thread oversubscription: {where} torch intra-op thread(s) = {total:g} threads on {cores} cores; the "
             "operations' threads wait for each other, so the stage costs above include that wait.")

@@ -125,6 +125,23 @@ def test_pool_threads_run_on_one_intra_op_thread_and_call_worker_init_fn(ds):
     assert torch.get_num_threads() == before  # the training process's own setting untouched
     assert m["intra_op_threads"] == 1 and m["workers"] == 0 and m["stage_ms.decode"] is not None
     assert m["how"]["decode"] == "same" and "threads" in m["how"]["read"]
+    assert m["threads"] == 3
+
+
+def test_the_verdict_names_more_executor_threads_than_cores(ds):
+    from dali_backend.telemetry import oversubscription, verdict
+
+    with DaliLoader(ds, batch_size=4, num_workers=3, backend="torch-threads") as loader:
+        for _ in loader:
+            pass
+        m = loader.metrics()
+    assert m["threads"] == 3 and m["workers"] == 0
+    text = verdict(dict(m, data_wait_fraction=0.9), cores=2)
+    assert ("Thread oversubscription: 3 executor thread(s) x 1 torch intra-op thread(s) = 3 threads on 2 cores"
+            in text and "num_workers=2 or fewer for backend='torch-threads'" in text)
+    assert "no more executor threads than cores first" in text
+    assert "Thread oversubscription" not in verdict(dict(m, data_wait_fraction=0.9), cores=4)
+    assert oversubscription(dict(m, threads=2), cores=2) is None
 
 
 @pytest.mark.parametrize("factor", [1, 3])
