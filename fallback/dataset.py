@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import os
 import time
+from typing import NamedTuple
 
 import cv2
 import numpy as np
@@ -28,7 +29,7 @@ from dali_backend.index import SampleIndex
 from dali_backend.core.tensors import apply_batch_ops, batch_params
 from dali_backend.core.reading import OnError, SampleReader, check_on_error
 from dali_backend.sampling.sampler import as_draw, check_epoch
-from dali_backend.transforms.targets import BoxPolicy, Boxes, move_targets
+from dali_backend.transforms.targets import BoxPolicy, Boxes, move_masks, move_targets
 
 from . import ops
 
@@ -85,6 +86,14 @@ def _options() -> tuple[str, ...]:
     kept across ``update_index`` without a list to update)."""
     params = inspect.signature(ImageDataset.__init__).parameters.values()
     return tuple(p.name for p in params if p.name not in ("self", "index") and p.kind == p.POSITIONAL_OR_KEYWORD)
+
+
+class UnmovedMask(NamedTuple):
+    """A sample's mask read and checked, waiting for :meth:`ImageDataset.finish_masks` to move it with
+    ``params`` (its image's draw) beside the rest of its batch."""
+
+    mask: NDArray[np.uint8]
+    params: list[dict]
 
 
 class ImageDataset(Dataset):
@@ -197,8 +206,9 @@ class ImageDataset(Dataset):
         return image, label, meta
 
     def load_draw_with_params(self, item, on_error: OnError | None = None, stages: dict | None = None,
-                              targets: bool = False):
-        """:meth:`load_draw` and the parameters the draw was augmented with (``spec.make_params``).
+                              targets: bool = False, defer_mask: bool = False):
+        """:meth:`load_draw` and the parameters the draw was augmented with (``spec.make_params``);
+        ``targets``, ``defer_mask``: as :meth:`augment_served`'s.
 
         ``stages``: seconds spent reading, decoding and augmenting are added to its ``"read"``,
         ``"decode"`` and ``"augment"`` (the loader's telemetry)."""
@@ -208,13 +218,14 @@ class ImageDataset(Dataset):
             raise IndexError(f"sample index {i} out of range for {len(self.index)} samples")
         served, img = self.reader.serve(i, pepoch, position, on_error or self.on_error,
                                         lambda j: self.decode(j, epoch, stages))
-        return self.augment_served(item, served, img, stages, targets)
+        return self.augment_served(item, served, img, stages, targets, defer_mask)
 
     def augment_served(self, item, served: int, img: NDArray[np.uint8], stages: dict | None = None,
-                       targets: bool = False):
+                       targets: bool = False, defer_mask: bool = False):
         """:meth:`load_draw_with_params` of ``item`` once sample ``served`` was read and decoded as
         ``img`` (the planned sample, or its replacement under ``on_error="skip"``); ``targets``: also
-        the served sample's targets moved with the same parameters (:meth:`move_targets`), a 5th item."""
+        the served sample's targets moved with the same parameters (:meth:`move_targets`, ``defer_mask``
+        passed on), a 5th item."""
         i, _, pepoch, position = resolve_item(item, self.epoch)
         t0 = time.perf_counter()
         params = self.spec.make_params(self.seed, pepoch, position, img.shape[:2])
@@ -222,22 +233,35 @@ class ImageDataset(Dataset):
         if stages is not None:
             stages["augment"] = stages.get("augment", 0.0) + (time.perf_counter() - t0)
         done = out, int(self.index.labels[served]), np.array([i, served, position], dtype=np.int64), params
-        return done + (self.move_targets(served, params, img.shape[:2]),) if targets else done
+        return done + (self.move_targets(served, params, img.shape[:2], defer_mask),) if targets else done
 
-    def move_targets(self, served: int, params: list[dict], size: tuple[int, int]) -> dict:
+    def move_targets(self, served: int, params: list[dict], size: tuple[int, int], defer_mask: bool = False) -> dict:
         """Sample ``served``'s targets (the index's :attr:`~dali_backend.index.SampleIndex.annotations`) moved
         by the operations' mask and box kernels with the image's ``params`` (drawn for ``size``, the
         decoded (h, w)): ``{"mask": uint8 [1, H, W] or None, "boxes": float32 [N, 4], "box_labels":
-        int64 [N], "dropped": int}`` (boxes None when the index has none)."""
+        int64 [N], "dropped": int}`` (boxes None when the index has none). ``defer_mask``: the mask is
+        read and checked here but moved by :meth:`finish_masks`, with the rest of its batch."""
         t = self.index.annotations
         mask = t.read_mask(self.reader, served, size) if "masks" in t.kinds else None
         boxes = None
         if "boxes" in t.kinds:
             boxes = Boxes.of_index(*t.boxes_of(served), size)
+        pending = None
+        if defer_mask and mask is not None:
+            pending, mask = UnmovedMask(mask, params), None
         mask, boxes, dropped = move_targets(self.spec.transforms, params, mask, boxes, self.box_policy, self.fill_mask)
-        return {"mask": None if mask is None else np.ascontiguousarray(mask)[None],
+        return {"mask": pending if pending is not None else None if mask is None else np.ascontiguousarray(mask)[None],
                 "boxes": None if boxes is None else boxes.xyxy, "box_labels": None if boxes is None else boxes.labels,
                 "dropped": dropped.total}
+
+    def finish_masks(self, targets: list[dict]) -> None:
+        """The masks :meth:`move_targets` deferred (``defer_mask``) in ``targets`` (a batch's), moved in
+        place: one :func:`~dali_backend.transforms.targets.move_masks` call for them all, the class ids of
+        one by one at a lower cost (the warps' source indices share loops)."""
+        pending = [t for t in targets if isinstance(t.get("mask"), UnmovedMask)]
+        moved = move_masks([(self.spec.transforms, t["mask"].params, t["mask"].mask) for t in pending], self.fill_mask)
+        for t, mask in zip(pending, moved):
+            t["mask"] = np.ascontiguousarray(mask)[None]
 
     def load_uint8(self, item) -> tuple[NDArray[np.uint8], int]:
         """``(uint8 [C, H, W], label)`` with C = 1 in gray mode: augmented, not yet normalised."""

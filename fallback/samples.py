@@ -62,7 +62,9 @@ class Uint8Samples(Dataset):
             T = self.clips.clip_len
             samples = [s for k in range(0, len(draws), T) for s in self._clip(draws[k:k + T])]
         else:
-            samples = [self[d] for d in draws]
+            samples = [self._sample(d, defer_mask=True) for d in draws]
+        if self.targets:  # the batch's masks moved together: their warps share loops (move_masks)
+            self.dataset.finish_masks([s[5] for s in samples])
         if self.timed:  # the intra-op threads the operations ran on, per sample (report(): oversubscription)
             threads = float(torch.get_num_threads())
             for s in samples:
@@ -86,7 +88,7 @@ class Uint8Samples(Dataset):
             return [self._bad(d, e, stages if k == 0 else {}) for k, d in enumerate(draws)]
         out = []
         for k, (d, j, img) in enumerate(zip(draws, served, images)):
-            image, label, meta, params, *targets = ds.augment_served(d, int(j), img, timed, self.targets)
+            image, label, meta, params, *targets = ds.augment_served(d, int(j), img, timed, self.targets, True)
             note = plain_params(params) if self.with_params else None
             out.append((image, label, np.append(meta, d.epoch), note, stages if k == 0 else {}, *targets))
         return out
@@ -102,11 +104,16 @@ class Uint8Samples(Dataset):
                 BadDraw.from_error(error), stages, *targets)
 
     def __getitem__(self, draw: Draw):
+        return self._sample(draw)
+
+    def _sample(self, draw: Draw, defer_mask: bool = False):
+        """One draw's sample (:meth:`__getitem__`); ``defer_mask``: its mask left for the batch's
+        :meth:`~fallback.dataset.ImageDataset.finish_masks`."""
         self._trim()  # keep worker RSS flat (full-resolution temporaries)
         stages: dict[str, float] = {}  # seconds per stage, for the loader's telemetry
         try:
             image, label, meta, params, *targets = self.dataset.load_draw_with_params(
-                draw, self.on_error, stages if self.timed else None, self.targets)
+                draw, self.on_error, stages if self.timed else None, self.targets, defer_mask)
             note = plain_params(params) if self.with_params else None
             return (image, label, np.append(meta, draw.epoch), note, stages, *targets)
         except BadImageError as e:

@@ -7,7 +7,8 @@ For each operation of the recipe (RandomResizedCrop, flip, rotation, affine) and
 the image kernel (``op.apply`` on an H x W x 3 uint8 image), the mask kernel (``op.kernel_for("mask")`` on
 the H x W uint8 mask, bit-exact with DALI's ``INTERP_NN``) and one plain nearest pass of the mask
 (``cv2.remap`` INTER_NEAREST on float maps of the output size: the reference), each the best of
-``--repeats`` runs of 20 draws, in milliseconds per sample.
+``--repeats`` runs of 20 draws, in milliseconds per sample; and the recipe's masks of a batch of 16 moved
+together (``move_masks``, as the loaders move them).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def costs(size: tuple[int, int] = (256, 320), out: int = 224, repeats: int = 7, 
     """``{name: (image ms, mask ms, nearest-pass ms)}`` per operation and for the whole ``"recipe"``."""
     import cv2
 
-    from dali_backend.transforms.targets import move_targets
+    from dali_backend.transforms.targets import move_masks, move_targets
 
     rng = np.random.default_rng(0)
     h, w = size
@@ -71,6 +72,10 @@ def costs(size: tuple[int, int] = (256, 320), out: int = 224, repeats: int = 7, 
     rows["recipe"] = (best_ms(images, chains, repeats),
                       best_ms(lambda ps: move_targets(ops, ps, mask), chains, repeats),
                       sum(r[2] for r in rows.values()))
+    batch = [[op.make_params(seed=1, epoch=1, position=j, image_size=(h, w)) for op in ops] for j in range(16)]
+    rows["recipe, batch of 16"] = (rows["recipe"][0],  # as a loader moves them: the warps share source loops
+                                   best_ms(lambda b: move_masks([(ops, ps, mask) for ps in b]), [batch], repeats) / 16,
+                                   rows["recipe"][2])
     return rows
 
 

@@ -24,15 +24,18 @@ The rules, and the trade-offs they make:
     (``np.take`` of rows, then of columns): about one plain nearest pass;
   - each rotation or affine is a pass of its own: the integer source map is computed in DALI's
     float32 order (one float32 addition per pixel along each row: a Python loop over the columns,
-    0.3 ms at 224 x 224, most of the pass; the warps of a chain share it, two in 1.4x one's time) and
-    gathered by ``cv2.remap`` on an integer map.
+    0.14 ms at 224 x 224 for one warp alone, most of the pass) and gathered by ``cv2.remap`` on an
+    integer map. The loop's cost is its Python steps, so warps share it: those of a chain, and in a
+    loader those of a batch (:func:`move_masks`: up to :data:`WARP_JOBS` warps of consecutive samples
+    per loop, 0.04-0.05 ms per warp).
     The warps are not composed with each other nor with what precedes them: DALI's graph applies them
     one by one, so the class ids are equal on both backends only step by step, and a warp composed
     analytically would sample source labels where an earlier step put fill.
 
   So a mask costs its decode, one pass for the separable steps, and one pass per warp: with
-  ``RandomResizedCrop(224)``, flip, rotation and affine 0.74 ms of kernels after a 0.5 ms PNG decode,
-  2.6x the decode plus one plain nearest pass (docs/guides/targets.md, "What carrying them costs").
+  ``RandomResizedCrop(224)``, flip, rotation and affine 0.44-0.60 ms of kernels per sample in a batch
+  of 16 (0.54-0.76 alone) after a 0.33-0.38 ms PNG decode, 2.3-2.5x the decode plus one plain nearest
+  pass (docs/guides/targets.md, "What carrying them costs").
 * **Operations that are not geometric** (``KIND`` photometric, output or batch: colour, CLAHE,
   blur, ``Normalize``, ``RandomErasing``) leave both unchanged: one identity kernel registered on
   :class:`Transform` reads the declared ``KIND``, so a new photometric operation needs nothing here,
@@ -60,7 +63,7 @@ from .rotation import RandomRotation
 from .window import crop
 
 __all__ = ["CROPS", "FEW_BOXES", "FLIPS", "MASK_FILL", "BoxPolicy", "Boxes", "Dropped", "boxes_kernel", "erase_mask",
-           "forward_affine", "forward_matrix", "move_boxes", "move_targets", "nearest_resize", "nearest_warp",
+           "forward_affine", "forward_matrix", "move_boxes", "move_masks", "move_targets", "nearest_resize", "nearest_warp",
            "rotation_matrix", "warp_matrix"]
 MASK_FILL = 0  # the mask's value where the image is padded or warped in from outside: background
 SHRT_MAX = 32767  # cv2.remap's integer maps (CV_16SC2) and its output sides stay below this
@@ -299,45 +302,86 @@ def move_mask(ops, params: list[dict[str, np.ndarray]], mask, fill: int = MASK_F
     composed as 1-D source maps per axis and gathered once: the same class ids as one by one (integer
     maps compose exactly), one pass instead of one per operation. Warps (rotation, affine) stay their
     own pass each: DALI's graph applies them one by one, and a warp composed analytically with what
-    precedes it would sample labels where the earlier step put fill."""
-    mask = _checked_mask("move_targets", mask)
+    precedes it would sample labels where the earlier step put fill. :func:`move_masks` moves many."""
+    return move_masks([(ops, params, mask)], fill)[0]
+
+
+def move_masks(chains: list[tuple], fill: int = MASK_FILL) -> list[np.ndarray]:
+    """:func:`move_mask` of each ``(ops, params, mask)`` of ``chains`` (a batch's samples), the same class
+    ids as one by one; the source indices of the warps of consecutive samples, up to :data:`WARP_JOBS`
+    warps, are computed in shared :func:`warp_sources` loops (one per output size) and used at once, where
+    one sample's warps paid the loop's Python steps alone (scripts/mask_kernels_cost.py)."""
+    masks = [_checked_mask("move_targets", mask) for _, _, mask in chains]
+    plans = [_mask_plan(ops, params, mask.shape) for (ops, params, _), mask in zip(chains, masks)]
+    warps = [[(j, step) for j, step in enumerate(plan) if step[0] == "warp" and step[3] is not None] for plan in plans]
+    out: list[np.ndarray] = []
+    while len(out) < len(plans):
+        first, n = len(out), 0
+        group = []  # the next samples whose warps fit one loop
+        while first + len(group) < len(plans) and (not group or n + len(warps[first + len(group)]) <= WARP_JOBS):
+            n += len(warps[first + len(group)])
+            group.append(first + len(group))
+        jobs: dict[tuple, list] = {}  # output size -> [((chain, step), (inverse, out_h, out_w))]
+        for c in group:
+            for j, step in warps[c]:
+                jobs.setdefault(step[4], []).append(((c, j), (step[3], *step[4])))
+        sources: dict[tuple, np.ndarray] = {}
+        for same in jobs.values():
+            sources.update(zip([key for key, _ in same], warp_sources([job for _, job in same])))
+        out += [_run_plan(plans[c], masks[c], sources, c, fill) for c in group]
+    return out
+
+
+WARP_JOBS = 8  # warps per warp_sources loop: fewer pay more Python steps each, more outgrow the caches
+
+
+def _mask_plan(ops, params: list[dict[str, np.ndarray]], shape: Size | None) -> list[tuple]:
+    """A chain's mask steps for an input of ``shape``: ``("gather", rows, cols)`` (consecutive crops, flips
+    and resizes composed), ``("kernel", op, p, kernel)`` (any other kernel, run as it is) and ``("warp", op,
+    p, inverse, out, in_shape)`` (a rotation or affine; ``inverse`` None where a kernel before it leaves the
+    size unknown: computed when it runs)."""
     steps = [(op, p, type(op).kernel_for("mask")) for op, p in zip(ops, params)]
     steps = [(op, p, k) for op, p, k in steps if not (op.is_identity or (k is _unmoved and op.KIND != "geometric"))]
-    rows = cols = None  # pending 1-D maps over the rows and columns of ``mask``
-    sources: dict[int, np.ndarray] = {}  # a warp's source indices, computed with the warps that follow it
-    for k, (op, p, kernel) in enumerate(steps):
-        if op.KIND == "geometric":
-            maps = _separable(op, p, *((rows, cols) if rows is not None else
-                                       (np.arange(mask.shape[0]), np.arange(mask.shape[1]))))
+    plan: list[tuple] = []
+    rows = cols = None  # pending 1-D maps over the rows and columns of the step's input
+    for op, p, kernel in steps:
+        if op.KIND == "geometric" and shape is not None:
+            maps = _separable(op, p, *((rows, cols) if rows is not None else (np.arange(shape[0]), np.arange(shape[1]))))
             if maps is not None:
                 rows, cols = maps
                 continue
         if rows is not None:
-            mask, rows, cols = gathered(mask, rows, cols, fill), None, None
-        if kernel is not _warped_mask:
-            mask = kernel(op, mask, p, fill=fill)
-            continue
-        if k not in sources:
-            sources.update(_warp_run(steps, k, mask.shape))
-        out = op.output_size(mask.shape, p)
-        mask = nearest_warp(_checked_mask(op, mask), None, out, fill, sources.pop(k))
-    return mask if rows is None else gathered(mask, rows, cols, fill)
+            plan.append(("gather", rows, cols))
+            shape, rows, cols = (len(rows), len(cols)), None, None
+        if kernel is _warped_mask and shape is not None:
+            out = tuple(int(v) for v in op.output_size(shape, p))
+            plan.append(("warp", op, p, warp_matrix(op, p, shape), out, shape))
+        else:
+            plan.append(("warp", op, p, None, None, None) if kernel is _warped_mask else ("kernel", op, p, kernel))
+            out = None if shape is None else op.output_size(shape, p)
+        shape = None if out is None else tuple(int(v) for v in out)
+    if rows is not None:
+        plan.append(("gather", rows, cols))
+    return plan
 
 
-def _warp_run(steps: list, first: int, size: Size) -> dict[int, np.ndarray]:
-    """The source indices of the warps ``steps[first:]`` starts with (on a mask of ``size``), those of one
-    output size computed in one :func:`warp_sources` loop."""
-    jobs: dict[tuple, list] = {}  # output size -> [(step, (inverse, out_h, out_w))]
-    k = first
-    while k < len(steps) and steps[k][2] is _warped_mask:
-        op, p, _ = steps[k]
-        out = tuple(int(v) for v in op.output_size(size, p))
-        jobs.setdefault(out, []).append((k, (warp_matrix(op, p, size), *out)))
-        size, k = out, k + 1
-    found = {}
-    for group in jobs.values():
-        found.update(zip([j for j, _ in group], warp_sources([job for _, job in group])))
-    return found
+def _run_plan(plan: list[tuple], mask: np.ndarray, sources: dict[tuple, np.ndarray], chain: int,
+              fill: int) -> np.ndarray:
+    """A mask through its :func:`_mask_plan`, with the warps' ``sources`` computed beside other chains'
+    (keyed ``(chain, step)``); a warp whose input is not the size planned computes its own."""
+    for j, step in enumerate(plan):
+        if step[0] == "gather":
+            mask = gathered(mask, step[1], step[2], fill)
+        elif step[0] == "kernel":
+            mask = step[3](step[1], mask, step[2], fill=fill)
+        else:
+            _, op, p, inverse, out, shape = step
+            mask = _checked_mask(op, mask)
+            src = sources.get((chain, j)) if mask.shape == shape else None
+            if src is None:
+                inverse, out = warp_matrix(op, p, mask.shape), op.output_size(mask.shape, p)
+            mask = nearest_warp(mask, inverse, out, fill, src)
+    return mask
 
 
 def move_targets(ops, params: list[dict[str, np.ndarray]], mask=None, boxes: Boxes | None = None,

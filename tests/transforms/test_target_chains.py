@@ -93,6 +93,52 @@ def test_the_warps_of_a_chain_share_one_source_loop_with_the_same_indices(monkey
     assert calls == [2, 2, 2]
 
 
+@pytest.mark.parametrize("fill", [0, 255])
+def test_a_batchs_masks_moved_together_equal_them_one_by_one(monkeypatch, fill):
+    """``move_masks`` (a batch's masks: the warps of all its samples share source loops of up to WARP_JOBS)
+    gives each mask the class ids of ``move_mask`` alone, for chains and mask sizes mixed in one call."""
+    rng = np.random.default_rng(3)
+    chains, want = [], []
+    for name in sorted(CHAINS):
+        params, ops = draws(CHAINS[name], n=12)
+        for k, p in enumerate(params):
+            mask = rng.integers(0, 5, SIZE if k % 3 else (SIZE[0] + 7, SIZE[1] - 9)).astype(np.uint8)
+            if k % 3 == 0:  # another input size: the draw's parameters for it
+                from dali_backend.core.augment import AugmentSpec
+
+                p = AugmentSpec(ops=CHAINS[name], pad_batch=8).make_params(5, 1, k, mask.shape)
+            chains.append((ops, p, mask))
+            want.append(targets.move_mask(ops, p, mask, fill))
+    calls = []
+    real = targets.warp_sources
+    monkeypatch.setattr(targets, "warp_sources", lambda j: calls.append(len(j)) or real(j))
+    got = targets.move_masks(chains, fill)
+    assert len(got) == len(want) and all(g.shape == w.shape and np.array_equal(g, w) for g, w in zip(got, want))
+    # the recipe's 24 warps (12 draws x rotation + affine, one output size): loops of WARP_JOBS warps
+    assert targets.WARP_JOBS == 8 and calls == [8, 8, 8]
+    assert targets.move_masks([], fill) == []
+
+
+def test_a_warp_after_a_kernel_of_unknown_size_computes_its_own_sources(monkeypatch):
+    """A registered kernel whose operation declares no output size (None) leaves the next warp's input
+    size unknown when the batch is planned: that warp computes its sources when it runs, the same ids."""
+    class _Grow(T.RandomHorizontalFlip):  # "_": kept out of the operations' registry
+        def output_size(self, size, params):
+            return None
+
+    monkeypatch.setattr("dali_backend.transforms.base.KERNELS", dict(KERNELS))
+    register_kernel(_Grow, "mask", lambda op, mask, params, fill=0: np.pad(mask, 3, constant_values=fill))
+    ops = [_Grow(1.0), T.RandomRotation(20), T.RandomAffine(5, translate=(0.1, 0.1))]
+    mask = np.random.default_rng(1).integers(0, 4, SIZE).astype(np.uint8)
+    for k in range(4):
+        params = [op.make_params(seed=1, epoch=0, position=k, image_size=SIZE) for op in ops]
+        params[1:] = [op.make_params(seed=1, epoch=0, position=k, image_size=(SIZE[0] + 6, SIZE[1] + 6))
+                      for op in ops[1:]]
+        got = targets.move_masks([(ops, params, mask)] * 2, 7)
+        want = one_by_one(ops, params, mask, 7)
+        assert all(np.array_equal(g, want) for g in got)
+
+
 def test_an_operation_with_its_own_mask_kernel_is_not_composed(monkeypatch):
     class _Shifted(T.RandomHorizontalFlip):  # "_": kept out of the operations' registry
         pass
