@@ -32,7 +32,8 @@ The rules, and the trade-offs they make:
     one by one, so the class ids are equal on both backends only step by step, and a warp composed
     analytically would sample source labels where an earlier step put fill.
 
-  So a mask costs its decode, one pass for the separable steps, and one pass per warp: with
+  So a mask costs its decode, one pass for the separable steps, and one pass per warp (a mask all
+  background, a sample without a mask file, none: it stays all background): with
   ``RandomResizedCrop(224)``, flip, rotation and affine 0.44-0.60 ms of kernels per sample in a batch
   of 16 (0.54-0.76 alone) after a 0.33-0.38 ms PNG decode, 2.3-2.5x the decode plus one plain nearest
   pass (docs/guides/targets.md, "What carrying them costs").
@@ -310,10 +311,19 @@ def move_masks(chains: list[tuple], fill: int = MASK_FILL) -> list[np.ndarray]:
     """:func:`move_mask` of each ``(ops, params, mask)`` of ``chains`` (a batch's samples), the same class
     ids as one by one; the source indices of the warps of consecutive samples, up to :data:`WARP_JOBS`
     warps, are computed in shared :func:`warp_sources` loops (one per output size) and used at once, where
-    one sample's warps paid the loop's Python steps alone (scripts/mask_kernels_cost.py)."""
+    one sample's warps paid the loop's Python steps alone (scripts/mask_kernels_cost.py). A mask all
+    ``fill`` (a sample without a mask file, e.g. MVTec's ``good``: all background) costs no pass: through
+    this module's kernels each output pixel is a source pixel or fill, so it comes out all ``fill`` at the
+    chain's output size (a chain with a kernel registered elsewhere runs as usual)."""
     masks = [_checked_mask("move_targets", mask) for _, _, mask in chains]
-    plans = [_mask_plan(ops, params, mask.shape) for (ops, params, _), mask in zip(chains, masks)]
-    warps = [[(j, step) for j, step in enumerate(plan) if step[0] == "warp" and step[3] is not None] for plan in plans]
+    plans, shapes = zip(*[_mask_plan(ops, params, mask.shape) for (ops, params, _), mask in zip(chains, masks)]) \
+        if chains else ((), ())
+    # a mask all ``fill`` (a sample without a mask file: all background) stays all ``fill`` through this
+    # module's kernels (each output pixel is a source pixel or fill): no pass at all
+    uniform = {c: np.full(shape, fill, mask.dtype) for c, (shape, mask) in enumerate(zip(shapes, masks))
+               if shape is not None and not (mask.any() if fill == 0 else (mask != fill).any())}
+    warps = [[] if c in uniform else [(j, step) for j, step in enumerate(plan) if step[0] == "warp" and step[3] is not None]
+             for c, plan in enumerate(plans)]
     out: list[np.ndarray] = []
     while len(out) < len(plans):
         first, n = len(out), 0
@@ -328,22 +338,24 @@ def move_masks(chains: list[tuple], fill: int = MASK_FILL) -> list[np.ndarray]:
         sources: dict[tuple, np.ndarray] = {}
         for same in jobs.values():
             sources.update(zip([key for key, _ in same], warp_sources([job for _, job in same])))
-        out += [_run_plan(plans[c], masks[c], sources, c, fill) for c in group]
+        out += [uniform[c] if c in uniform else _run_plan(plans[c], masks[c], sources, c, fill) for c in group]
     return out
 
 
 WARP_JOBS = 8  # warps per warp_sources loop: fewer pay more Python steps each, more outgrow the caches
 
 
-def _mask_plan(ops, params: list[dict[str, np.ndarray]], shape: Size | None) -> list[tuple]:
+def _mask_plan(ops, params: list[dict[str, np.ndarray]], shape: Size | None) -> tuple[list[tuple], Size | None]:
     """A chain's mask steps for an input of ``shape``: ``("gather", rows, cols)`` (consecutive crops, flips
     and resizes composed), ``("kernel", op, p, kernel)`` (any other kernel, run as it is) and ``("warp", op,
     p, inverse, out, in_shape)`` (a rotation or affine; ``inverse`` None where a kernel before it leaves the
-    size unknown: computed when it runs)."""
+    size unknown: computed when it runs); and the output size where every step is this module's own
+    kernel of a known size (else None)."""
     steps = [(op, p, type(op).kernel_for("mask")) for op, p in zip(ops, params)]
     steps = [(op, p, k) for op, p, k in steps if not (op.is_identity or (k is _unmoved and op.KIND != "geometric"))]
     plan: list[tuple] = []
     rows = cols = None  # pending 1-D maps over the rows and columns of the step's input
+    own = True  # every step one of this module's kernels: each output pixel a source pixel or fill
     for op, p, kernel in steps:
         if op.KIND == "geometric" and shape is not None:
             maps = _separable(op, p, *((rows, cols) if rows is not None else (np.arange(shape[0]), np.arange(shape[1]))))
@@ -359,10 +371,12 @@ def _mask_plan(ops, params: list[dict[str, np.ndarray]], shape: Size | None) -> 
         else:
             plan.append(("warp", op, p, None, None, None) if kernel is _warped_mask else ("kernel", op, p, kernel))
             out = None if shape is None else op.output_size(shape, p)
+            own = own and kernel in MASK_KERNELS.values()
         shape = None if out is None else tuple(int(v) for v in out)
     if rows is not None:
         plan.append(("gather", rows, cols))
-    return plan
+        shape = (len(rows), len(cols))
+    return plan, shape if own else None
 
 
 def _run_plan(plan: list[tuple], mask: np.ndarray, sources: dict[tuple, np.ndarray], chain: int,

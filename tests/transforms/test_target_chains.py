@@ -119,6 +119,41 @@ def test_a_batchs_masks_moved_together_equal_them_one_by_one(monkeypatch, fill):
     assert targets.move_masks([], fill) == []
 
 
+@pytest.mark.parametrize("fill", [0, 255])
+def test_a_mask_all_fill_costs_no_pass_and_equals_its_kernels(monkeypatch, fill):
+    """A mask all ``fill`` (a sample without a mask file: all background) comes out all ``fill`` at the
+    chain's output size with no gather nor warp; a mask of another value, or one pixel off, takes the
+    passes; an operation with a kernel of its own is run (nothing assumed of it)."""
+    calls = []
+    for name in ("warp_sources", "gathered"):
+        real = getattr(targets, name)
+        monkeypatch.setattr(targets, name, lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+    for name in sorted(CHAINS):
+        params, ops = draws(CHAINS[name], n=4)
+        flat = np.full(SIZE, fill, np.uint8)
+        other = np.full(SIZE, 255 - fill, np.uint8)
+        spot = flat.copy()
+        spot[30, 40] = 255 - fill
+        got = targets.move_masks([(ops, p, m) for p in params for m in (flat, other, spot)], fill)
+        want = [one_by_one(ops, p, m, fill) for p in params for m in (flat, other, spot)]
+        assert all(g.shape == w.shape and g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(got, want)), name
+        calls.clear()
+        targets.move_masks([(ops, p, flat) for p in params], fill)
+        assert calls == [], name
+
+    class _Drawn(T.RandomHorizontalFlip):  # "_": kept out of the operations' registry
+        pass
+
+    monkeypatch.setattr("dali_backend.transforms.base.KERNELS", dict(KERNELS))
+    register_kernel(_Drawn, "mask", lambda op, mask, params, fill=0: np.pad(mask[1:], ((0, 1), (0, 0)),
+                                                                             constant_values=7))
+    ops = [T.CenterCrop(40), _Drawn(1.0), T.RandomRotation(10)]
+    params = [op.make_params(seed=0, epoch=0, position=0, image_size=SIZE) for op in ops]
+    flat = np.full(SIZE, fill, np.uint8)
+    assert np.array_equal(targets.move_masks([(ops, params, flat)], fill)[0], one_by_one(ops, params, flat, fill))
+    assert (targets.move_masks([(ops, params, flat)], fill)[0] == 7).any()
+
+
 def test_a_warp_after_a_kernel_of_unknown_size_computes_its_own_sources(monkeypatch):
     """A registered kernel whose operation declares no output size (None) leaves the next warp's input
     size unknown when the batch is planned: that warp computes its sources when it runs, the same ids."""

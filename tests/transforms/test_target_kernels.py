@@ -214,6 +214,8 @@ def test_every_geometric_operation_has_its_own_kernels_and_a_case_here():
 
     with pytest.raises(ConfigError, match=r"_Shift is geometric but has no mask/boxes kernel.*register_kernel"):
         _Shift.kernel_for("mask")(_Shift(), np.zeros((2, 2), np.uint8), {})
+    with pytest.raises(ConfigError, match=r"_Shift is geometric but has no mask/boxes kernel"):  # all background too
+        move_targets([T.RandomHorizontalFlip(1.0), _Shift()], [{"flip": np.int64(1)}, {}], np.zeros((4, 4), np.uint8))
 
 
 def test_a_recipe_moves_mask_and_boxes_with_one_draw():
