@@ -9,6 +9,8 @@ worker process and in a thread: the pixels are the same whichever executor runs 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
@@ -160,10 +162,34 @@ def collate_targets(per_sample: list[dict], pad: int | None, fill_mask: int = 0)
         masks = [t["mask"] for t in per_sample]
         out["masks"] = torch.from_numpy(pad_images(masks, pad, fill_mask)[0] if pad is not None else np.stack(masks))
     if per_sample[0]["boxes"] is not None:  # one array and the counts: 2 B small tensors cost 2 B shared segments
-        out["boxes"] = (np.concatenate([np.asarray(t["boxes"], np.float32).reshape(-1, 4) for t in per_sample]),
-                        np.concatenate([np.asarray(t["box_labels"], np.int64).reshape(-1) for t in per_sample]),
-                        [len(t["box_labels"]) for t in per_sample])
+        out["boxes"] = PackedBoxes(np.concatenate([np.asarray(t["boxes"], np.float32).reshape(-1, 4) for t in per_sample]),
+                                   np.concatenate([np.asarray(t["box_labels"], np.int64).reshape(-1) for t in per_sample]),
+                                   [len(t["box_labels"]) for t in per_sample])
     return out
+
+
+class PackedBoxes(NamedTuple):
+    """A batch's boxes as :func:`collate_targets` packs them: one ``[N, 4]`` float32 array of XYXY rows, one
+    ``[N]`` int64 array of labels, and the boxes per image; :func:`split_boxes` gives the per-image tensors."""
+
+    xyxy: np.ndarray | torch.Tensor
+    labels: np.ndarray | torch.Tensor
+    counts: list[int]
+
+    def pin_memory(self, device=None) -> PackedBoxes:
+        """The two arrays as page-locked tensors: torch's pin-memory thread calls this under
+        ``pin_memory=True`` (a plain tuple of arrays stayed pageable), and the per-image boxes
+        :func:`split_boxes` makes are views of them, so pinned too."""
+        return PackedBoxes(torch.as_tensor(self.xyxy).pin_memory(), torch.as_tensor(self.labels).pin_memory(),
+                           self.counts)
+
+
+def pin_targets(targets: dict | None) -> dict | None:
+    """:func:`collate_targets`' fields in page-locked memory (the masks tensor and the packed boxes), for an
+    executor that pins its batches itself (the thread pool; torch's DataLoader pins them by the same calls)."""
+    if targets is None:
+        return None
+    return {k: v.pin_memory() if isinstance(v, (torch.Tensor, PackedBoxes)) else v for k, v in targets.items()}
 
 
 def split_boxes(targets: dict | None) -> dict | None:
@@ -173,9 +199,9 @@ def split_boxes(targets: dict | None) -> dict | None:
     one buffer each."""
     if targets is None or "boxes" not in targets or not isinstance(targets["boxes"], tuple):
         return targets
-    xyxy, labels, counts = targets["boxes"]
-    return {**targets, "boxes": list(torch.from_numpy(xyxy).split(counts)),
-            "box_labels": list(torch.from_numpy(labels).split(counts))}
+    xyxy, labels, counts = targets["boxes"]  # arrays, or tensors where pinned (PackedBoxes.pin_memory)
+    return {**targets, "boxes": list(torch.as_tensor(xyxy).split(counts)),
+            "box_labels": list(torch.as_tensor(labels).split(counts))}
 
 
 def batch_of(collated: tuple, with_params: bool, in_flight: int) -> Batch:

@@ -41,7 +41,7 @@ from dali_backend.sampling.sampler import Draw
 from dali_backend.util.memory import BATCHES_PER_TRIM, EveryNth
 
 from .dataset import ImageDataset
-from .samples import Uint8Samples, batch_of, collate_uint8
+from .samples import Uint8Samples, batch_of, collate_uint8, pin_targets
 
 # a wait for a batch looks at close() and the user's timeout this often (seconds)
 WAIT_POLL_S = 0.05
@@ -140,7 +140,7 @@ class ThreadExecutor:
         """A batch's samples collated (in the loader's thread), pinned when asked."""
         collated = collate_uint8(samples, self._pad, self._fill_mask)
         if self.pin_memory:
-            collated = (collated[0].pin_memory(), collated[1].pin_memory(), *collated[2:])
+            collated = (collated[0].pin_memory(), collated[1].pin_memory(), *collated[2:6], pin_targets(collated[6]))
         return collated
 
     def _submit(self, pool: ThreadPoolExecutor, draws: list[Draw]) -> list[Future]:

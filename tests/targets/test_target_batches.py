@@ -119,3 +119,43 @@ def test_a_mask_value_outside_the_declared_classes_is_refused_when_read(tmp_path
     with pytest.raises(TargetError, match=r"0_mask.png: values 7 \(4 pixels\) are outside the declared classes 0..2"):
         list(loader)
     loader.close()
+
+
+@pytest.mark.parametrize("executor", ["processes", "threads"])
+def test_pinned_batches_pin_their_boxes_and_masks(det_index, mvtec_index, monkeypatch, executor):
+    """Under ``pin_memory=True`` the targets are page-locked with the images: the masks tensor, and the
+    batch's packed boxes (one array each for boxes and labels), whose per-image tensors are views of the
+    pinned ones. ``pin_memory()`` is simulated (no accelerator here): the tensors it returns count as
+    pinned. "processes": the pinning torch's DataLoader does (its pin-memory thread's function on the
+    worker's collated batch); "threads": the thread pool pins its own."""
+    from torch.utils.data._utils.pin_memory import pin_memory as torch_pins
+
+    from dali_backend.sampling.sampler import Draw
+    from fallback.samples import Uint8Samples, batch_of, collate_uint8
+    from fallback.threads import ThreadExecutor
+
+    pinned: list[torch.Tensor] = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t, *a, **k: pinned.append(t.clone()) or pinned[-1])
+    spec = AugmentSpec(ops=[T.Resize((24, 32))], color="rgb")
+    for index in (det_index, mvtec_index):
+        ds = ImageDataset(index, spec)
+        samples = Uint8Samples(ds, "raise").__getitems__([Draw(i, 0, i) for i in range(3)])
+        if executor == "processes":
+            collated = torch_pins(collate_uint8(samples))
+        else:
+            monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+            collated = ThreadExecutor(ds, 3, "raise", pin_memory=True)._collate(samples)
+        batch = batch_of(collated, False, 0)
+
+        def is_pinned(t):
+            return any(t.untyped_storage().data_ptr() == p.untyped_storage().data_ptr() for p in pinned)
+
+        assert is_pinned(batch.images) and is_pinned(batch.labels)
+        if index is det_index:
+            assert len(batch.boxes) == 3 and all(is_pinned(b) for b in batch.boxes + batch.box_labels)
+            for k in range(3):
+                want = torch.from_numpy(np.array(det_index.annotations.boxes_of(k)[0]) / 2).float()
+                assert torch.allclose(batch.boxes[k], want, atol=1e-4)
+        else:
+            assert batch.masks is not None and is_pinned(batch.masks) and batch.masks.shape == (3, 1, 24, 32)
+        pinned.clear()
