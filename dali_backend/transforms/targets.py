@@ -46,7 +46,7 @@ The rules, and the trade-offs they make:
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -307,34 +307,38 @@ def move_mask(ops, params: list[dict[str, np.ndarray]], mask, fill: int = MASK_F
     return move_masks([(ops, params, mask)], fill)[0]
 
 
-def move_masks(chains: list[tuple], fill: int = MASK_FILL) -> list[np.ndarray]:
+def move_masks(chains, fill: int = MASK_FILL) -> list[np.ndarray]:
     """:func:`move_mask` of each ``(ops, params, mask)`` of ``chains`` (a batch's samples), the same class
     ids as one by one; the source indices of the warps of consecutive samples, up to :data:`WARP_JOBS`
-    warps, are computed in shared :func:`warp_sources` loops (one per output size) and used at once, where
-    one sample's warps paid the loop's Python steps alone (scripts/mask_kernels_cost.py). A mask all
-    ``fill`` (a sample without a mask file, e.g. MVTec's ``good``: all background) costs no pass: through
-    this module's kernels each output pixel is a source pixel or fill, so it comes out all ``fill`` at the
-    chain's output size (a chain with a kernel registered elsewhere runs as usual)."""
+    warps and :data:`WARP_PIXELS` output pixels, are computed in shared :func:`warp_sources` loops (one per
+    output size) and used at once, where one sample's warps paid the loop's Python steps alone
+    (scripts/mask_kernels_cost.py). A mask all ``fill`` (a sample without a mask file, e.g. MVTec's
+    ``good``: all background) costs no pass: through this module's kernels each output pixel is a source
+    pixel or fill, so it comes out all ``fill`` at the chain's output size (a chain with a kernel
+    registered elsewhere runs as usual)."""
+    chains = list(chains)
     masks = [_checked_mask("move_targets", mask) for _, _, mask in chains]
-    plans, shapes = zip(*[_mask_plan(ops, params, mask.shape) for (ops, params, _), mask in zip(chains, masks)]) \
-        if chains else ((), ())
+    plans = [_plan(_mask_steps(ops, params), 0, mask.shape) for (ops, params, _), mask in zip(chains, masks)]
     # a mask all ``fill`` (a sample without a mask file: all background) stays all ``fill`` through this
     # module's kernels (each output pixel is a source pixel or fill): no pass at all
-    uniform = {c: np.full(shape, fill, mask.dtype) for c, (shape, mask) in enumerate(zip(shapes, masks))
-               if shape is not None and not (mask.any() if fill == 0 else (mask != fill).any())}
-    warps = [[] if c in uniform else [(j, step) for j, step in enumerate(plan) if step[0] == "warp" and step[3] is not None]
+    uniform = {c: np.full(plan.shape, fill, mask.dtype) for c, (plan, mask) in enumerate(zip(plans, masks))
+               if plan.shape is not None and not (mask.any() if fill == 0 else (mask != fill).any())}
+    warps = [[] if c in uniform else [(j, e) for j, e in enumerate(plan.entries) if e[0] == "warp"]
              for c, plan in enumerate(plans)]
     out: list[np.ndarray] = []
     while len(out) < len(plans):
-        first, n = len(out), 0
-        group = []  # the next samples whose warps fit one loop
-        while first + len(group) < len(plans) and (not group or n + len(warps[first + len(group)]) <= WARP_JOBS):
-            n += len(warps[first + len(group)])
-            group.append(first + len(group))
-        jobs: dict[tuple, list] = {}  # output size -> [((chain, step), (inverse, out_h, out_w))]
+        group, n, pixels = [], 0, 0  # the next samples whose warps fit one loop (at least one sample)
+        while len(out) + len(group) < len(plans):
+            more = warps[len(out) + len(group)]
+            area = sum(e[4][0] * e[4][1] for _, e in more)
+            if group and (n + len(more) > WARP_JOBS or pixels + area > WARP_PIXELS):
+                break
+            group.append(len(out) + len(group))
+            n, pixels = n + len(more), pixels + area
+        jobs: dict[tuple, list] = {}  # output size -> [((chain, entry), (inverse, out_h, out_w))]
         for c in group:
-            for j, step in warps[c]:
-                jobs.setdefault(step[4], []).append(((c, j), (step[3], *step[4])))
+            for j, e in warps[c]:
+                jobs.setdefault(e[4], []).append(((c, j), (e[3], *e[4])))
         sources: dict[tuple, np.ndarray] = {}
         for same in jobs.values():
             sources.update(zip([key for key, _ in same], warp_sources([job for _, job in same])))
@@ -343,58 +347,77 @@ def move_masks(chains: list[tuple], fill: int = MASK_FILL) -> list[np.ndarray]:
 
 
 WARP_JOBS = 8  # warps per warp_sources loop: fewer pay more Python steps each, more outgrow the caches
+WARP_PIXELS = 8 * 224 * 224  # and their output pixels (8 bytes each while the group runs): large warps alone
 
 
-def _mask_plan(ops, params: list[dict[str, np.ndarray]], shape: Size | None) -> tuple[list[tuple], Size | None]:
-    """A chain's mask steps for an input of ``shape``: ``("gather", rows, cols)`` (consecutive crops, flips
-    and resizes composed), ``("kernel", op, p, kernel)`` (any other kernel, run as it is) and ``("warp", op,
-    p, inverse, out, in_shape)`` (a rotation or affine; ``inverse`` None where a kernel before it leaves the
-    size unknown: computed when it runs); and the output size where every step is this module's own
-    kernel of a known size (else None)."""
+class _MaskPlan(NamedTuple):
+    """A chain's mask steps (``_mask_steps``) planned for an input size: ``entries`` are ``("gather", rows,
+    cols, in_shape, k)`` (consecutive crops, flips and resizes composed), ``("kernel", op, p, kernel, k)``,
+    ``("warp", op, p, inverse, out, in_shape, k)`` and ``("later", k)`` (the steps from ``k`` on, planned when
+    the mask reaches them: after a kernel registered elsewhere, whose output size is known once it ran);
+    ``k`` the entry's first step. ``shape``: the output size where every step is this module's own kernel
+    (else None)."""
+
+    steps: list
+    entries: list[tuple]
+    shape: Size | None
+
+
+def _mask_steps(ops, params: list[dict[str, np.ndarray]]) -> list[tuple]:
+    """``(op, params, mask kernel)`` of each operation of a chain that can move a mask."""
     steps = [(op, p, type(op).kernel_for("mask")) for op, p in zip(ops, params)]
-    steps = [(op, p, k) for op, p, k in steps if not (op.is_identity or (k is _unmoved and op.KIND != "geometric"))]
-    plan: list[tuple] = []
-    rows = cols = None  # pending 1-D maps over the rows and columns of the step's input
-    own = True  # every step one of this module's kernels: each output pixel a source pixel or fill
-    for op, p, kernel in steps:
-        if op.KIND == "geometric" and shape is not None:
+    return [(op, p, k) for op, p, k in steps if not (op.is_identity or (k is _unmoved and op.KIND != "geometric"))]
+
+
+def _plan(steps: list[tuple], first: int, shape: Size) -> _MaskPlan:
+    """:class:`_MaskPlan` of ``steps[first:]`` for an input of ``shape``."""
+    entries: list[tuple] = []
+    rows = cols = None  # pending 1-D maps over the rows and columns of the input of step ``start``
+    start = first
+    for k in range(first, len(steps)):
+        op, p, kernel = steps[k]
+        if op.KIND == "geometric":
             maps = _separable(op, p, *((rows, cols) if rows is not None else (np.arange(shape[0]), np.arange(shape[1]))))
             if maps is not None:
+                start = start if rows is not None else k
                 rows, cols = maps
                 continue
         if rows is not None:
-            plan.append(("gather", rows, cols))
+            entries.append(("gather", rows, cols, shape, start))
             shape, rows, cols = (len(rows), len(cols)), None, None
-        if kernel is _warped_mask and shape is not None:
-            out = tuple(int(v) for v in op.output_size(shape, p))
-            plan.append(("warp", op, p, warp_matrix(op, p, shape), out, shape))
-        else:
-            plan.append(("warp", op, p, None, None, None) if kernel is _warped_mask else ("kernel", op, p, kernel))
-            out = None if shape is None else op.output_size(shape, p)
-            own = own and kernel in MASK_KERNELS.values()
-        shape = None if out is None else tuple(int(v) for v in out)
+        own = kernel in MASK_KERNELS.values()
+        out = op.output_size(shape, p) if own else None
+        if out is None:  # a kernel registered elsewhere: the rest is planned on what it gives
+            entries.append(("kernel", op, p, kernel, k))
+            if k + 1 < len(steps):
+                entries.append(("later", k + 1))
+            return _MaskPlan(steps, entries, None)
+        out = tuple(int(v) for v in out)
+        entries.append(("warp", op, p, warp_matrix(op, p, shape), out, shape, k) if kernel is _warped_mask
+                       else ("kernel", op, p, kernel, k))
+        shape = out
     if rows is not None:
-        plan.append(("gather", rows, cols))
+        entries.append(("gather", rows, cols, shape, start))
         shape = (len(rows), len(cols))
-    return plan, shape if own else None
+    return _MaskPlan(steps, entries, shape)
 
 
-def _run_plan(plan: list[tuple], mask: np.ndarray, sources: dict[tuple, np.ndarray], chain: int,
+def _run_plan(plan: _MaskPlan, mask: np.ndarray, sources: dict[tuple, np.ndarray], chain: int,
               fill: int) -> np.ndarray:
-    """A mask through its :func:`_mask_plan`, with the warps' ``sources`` computed beside other chains'
-    (keyed ``(chain, step)``); a warp whose input is not the size planned computes its own."""
-    for j, step in enumerate(plan):
-        if step[0] == "gather":
-            mask = gathered(mask, step[1], step[2], fill)
-        elif step[0] == "kernel":
-            mask = step[3](step[1], mask, step[2], fill=fill)
+    """A mask through its :class:`_MaskPlan`, the warps' ``sources`` computed beside other chains' (keyed
+    ``(chain, entry)``); from an entry whose input is not the size planned (an operation's ``output_size``
+    not what its kernel gave) the rest is planned again on the mask itself."""
+    for j, e in enumerate(plan.entries):
+        if e[0] == "kernel":
+            mask = e[3](e[1], mask, e[2], fill=fill)
+            continue
+        if e[0] == "later" or mask.shape != e[-2]:
+            again = _plan(plan.steps, e[-1], _checked_mask(plan.steps[e[-1]][0], mask).shape)
+            return _run_plan(again, mask, {}, chain, fill)
+        if e[0] == "gather":
+            mask = gathered(mask, e[1], e[2], fill)
         else:
-            _, op, p, inverse, out, shape = step
-            mask = _checked_mask(op, mask)
-            src = sources.get((chain, j)) if mask.shape == shape else None
-            if src is None:
-                inverse, out = warp_matrix(op, p, mask.shape), op.output_size(mask.shape, p)
-            mask = nearest_warp(mask, inverse, out, fill, src)
+            mask = nearest_warp(_checked_mask(e[1], mask), e[3], e[4], fill, sources.get((chain, j)))
     return mask
 
 

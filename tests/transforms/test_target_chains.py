@@ -174,6 +174,38 @@ def test_a_warp_after_a_kernel_of_unknown_size_computes_its_own_sources(monkeypa
         assert all(np.array_equal(g, want) for g in got)
 
 
+def test_a_size_changing_kernel_registered_elsewhere_is_followed_on_the_mask_it_gives(monkeypatch):
+    """An operation with a mask kernel of its own that changes the size but keeps Transform's default
+    ``output_size`` (the input's): what follows it is planned on the mask its kernel gave, not on the size
+    it declared (a plan made ahead built the resize's maps for the wrong size); a generator of chains works."""
+    class _Pad3(T.RandomHorizontalFlip):  # "_": kept out of the operations' registry
+        pass
+
+    monkeypatch.setattr("dali_backend.transforms.base.KERNELS", dict(KERNELS))
+    register_kernel(_Pad3, "mask", lambda op, mask, params, fill=0: np.pad(mask, 3, constant_values=fill))
+    mask = np.random.default_rng(4).integers(0, 6, (8, 8)).astype(np.uint8)
+    for ops in ([_Pad3(1.0), T.Resize((10, 10))], [T.CenterCrop(6), _Pad3(1.0), T.RandomHorizontalFlip(1.0),
+                                                  T.Resize((9, 7)), T.RandomRotation(20), T.CenterCrop(5)]):
+        params = [op.make_params(seed=2, epoch=0, position=0, image_size=(8, 8)) for op in ops]
+        want = one_by_one(ops, params, mask, 0)
+        got = targets.move_masks((c for c in [(ops, params, mask), (ops, params, np.zeros_like(mask))]), 0)
+        assert np.array_equal(got[0], want) and np.array_equal(got[1], one_by_one(ops, params, 0 * mask, 0))
+
+
+def test_large_warps_share_no_loop(monkeypatch):
+    """The shared warp loops hold every warp's source indices until their samples are moved: they are
+    capped by output pixels too (WARP_PIXELS), so full-size warps run a loop each, as one sample's did."""
+    calls = []
+    real = targets.warp_sources
+    monkeypatch.setattr(targets, "warp_sources", lambda j: calls.append(len(j)) or real(j))
+    side = int((targets.WARP_PIXELS / 4) ** 0.5) + 1  # four warps of this size exceed the cap, three do not
+    ops = [T.RandomRotation(15)]
+    params = [[ops[0].make_params(seed=0, epoch=0, position=k, image_size=(side, side))] for k in range(7)]
+    mask = np.ones((side, side), np.uint8)
+    got = targets.move_masks([(ops, p, mask) for p in params])
+    assert calls == [3, 3, 1] and all(np.array_equal(g, one_by_one(ops, p, mask, 0)) for g, p in zip(got, params))
+
+
 def test_an_operation_with_its_own_mask_kernel_is_not_composed(monkeypatch):
     class _Shifted(T.RandomHorizontalFlip):  # "_": kept out of the operations' registry
         pass
