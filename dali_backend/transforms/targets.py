@@ -22,21 +22,22 @@ The rules, and the trade-offs they make:
   - consecutive crops, flips and resizes (``RandomResizedCrop`` + flip, ``Resize`` + ``CenterCrop``,
     letterbox) compose as 1-D integer source maps, one per axis, and cost ONE gather together
     (``np.take`` of rows, then of columns): about one plain nearest pass;
-  - each rotation or affine is a pass of its own: the integer source map is computed in DALI's
-    float32 order (one float32 addition per pixel along each row: a Python loop over the columns,
-    0.14 ms at 224 x 224 for one warp alone, most of the pass) and gathered by ``cv2.remap`` on an
-    integer map. The loop's cost is its Python steps, so warps share it: those of a chain, and in a
-    loader those of a batch (:func:`move_masks`: up to :data:`WARP_JOBS` warps of consecutive samples
-    per loop, 0.04-0.05 ms per warp).
+  - each rotation or affine is a pass of its own: the integer source map, then ``cv2.remap``. Its matrix
+    is put on an exact grid first (:func:`warp_matrix`, :func:`grid_matrix`: rounded by at most
+    :data:`WARP_TOLERANCE` of a pixel, 0.014 at 224 x 224), where every float32 sum the warp forms is
+    exact: DALI's CPU warp (running sums along each row), its GPU warp (a product per pixel, FMA or
+    not) and the kernel's direct sums (two vector additions) give the same source pixels, so the class
+    ids are equal on every backend, GPU included. Outputs too large for the grid (from about 400 x 400)
+    keep the plain matrix and DALI CPU's running sums (:func:`warp_sources`: a Python loop over the
+    columns, shared by the warps of up to :data:`WARP_JOBS` consecutive samples, :func:`move_masks`);
+    DALI's GPU then differs from them on rare ties.
     The warps are not composed with each other nor with what precedes them: DALI's graph applies them
     one by one, so the class ids are equal on both backends only step by step, and a warp composed
     analytically would sample source labels where an earlier step put fill.
 
   So a mask costs its decode, one pass for the separable steps, and one pass per warp (a mask all
-  background, a sample without a mask file, none: it stays all background): with
-  ``RandomResizedCrop(224)``, flip, rotation and affine 0.44-0.60 ms of kernels per sample in a batch
-  of 16 (0.54-0.76 alone) after a 0.33-0.38 ms PNG decode, 2.3-2.5x the decode plus one plain nearest
-  pass (docs/guides/targets.md, "What carrying them costs").
+  background, a sample without a mask file, none: it stays all background); docs/guides/targets.md
+  ("What carrying them costs") has the figures.
 * **Operations that are not geometric** (``KIND`` photometric, output or batch: colour, CLAHE,
   blur, ``Normalize``, ``RandomErasing``) leave both unchanged: one identity kernel registered on
   :class:`Transform` reads the declared ``KIND``, so a new photometric operation needs nothing here,
@@ -46,6 +47,8 @@ The rules, and the trade-offs they make:
 from __future__ import annotations
 
 import functools
+import math
+import threading
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -64,8 +67,8 @@ from .rotation import RandomRotation
 from .window import crop
 
 __all__ = ["CROPS", "FEW_BOXES", "FLIPS", "MASK_FILL", "BoxPolicy", "Boxes", "Dropped", "boxes_kernel", "erase_mask",
-           "forward_affine", "forward_matrix", "move_boxes", "move_masks", "move_targets", "nearest_resize", "nearest_warp",
-           "rotation_matrix", "warp_matrix"]
+           "forward_affine", "forward_matrix", "grid_matrix", "move_boxes", "move_masks", "move_targets", "nearest_resize",
+           "nearest_warp", "on_grid", "rotation_matrix", "warp_matrix"]
 MASK_FILL = 0  # the mask's value where the image is padded or warped in from outside: background
 SHRT_MAX = 32767  # cv2.remap's integer maps (CV_16SC2) and its output sides stay below this
 
@@ -113,13 +116,73 @@ def nearest_resize(mask: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
     return mask.take(_nearest_rows(int(out_h), h), axis=0).take(_nearest_columns(int(out_w), w), axis=1)
 
 
+WARP_TOLERANCE = 1 / 32
+"""The most, in source pixels at the farthest output pixel, that :func:`warp_matrix` moves a mask warp's
+matrix to put it on an exact grid (:func:`on_grid`; OpenCV's warps resolve 1/32 of a pixel too)."""
+
+
+def _fraction_bits(v: float) -> int:
+    """The binary places ``v`` needs after the point: ``v`` is a multiple of ``2**-bits`` (0 for integers)."""
+    if v == 0 or v.is_integer():
+        return 0
+    mantissa, exponent = math.frexp(v)
+    m = int(mantissa * 2 ** 53)
+    return 53 - exponent - ((m & -m).bit_length() - 1)
+
+
+def on_grid(inverse: np.ndarray, out_size: Size) -> bool:
+    """Whether every value a warp by the 2x3 ``inverse`` (float32) to ``out_size`` forms is exact in float32:
+    ``m0 (x + 0.5) + m1 (y + 0.5) + m2`` per row, its partial sums in any order, and DALI CPU's running
+    sums along each row. True when ``m0`` and ``m1`` are multiples of ``2**-k`` and ``m2`` of
+    ``2**-(k + 1)`` for a ``k`` at which every such value, a multiple of ``2**-(k + 1)``, stays below
+    ``2**(23 - k)``. Then the source pixel of each output pixel is the real arithmetic's, whatever the
+    order of operations or the FMA: DALI's CPU warp (a float32 addition per pixel along each row),
+    its GPU warp (a product per pixel) and the direct sums here agree bit for bit."""
+    out_h, out_w = (int(v) for v in out_size)
+    for a, b, c in np.asarray(inverse, np.float32)[:2].tolist():
+        k = max(_fraction_bits(a), _fraction_bits(b), _fraction_bits(c) - 1)
+        if (abs(a) * out_w + abs(b) * out_h + abs(c)) * 2.0 ** (k + 1) >= 2 ** 24:
+            return False
+    return True
+
+
+def grid_matrix(inverse: np.ndarray, out_size: Size, tolerance: float = WARP_TOLERANCE) -> NDArray[np.float32]:
+    """``inverse`` (2x3) as float32, rounded onto the finest grid on which a warp to ``out_size`` is exact
+    (:func:`on_grid`) where that moves no output pixel's source by more than ``tolerance`` pixels: ``m0``
+    and ``m1`` to multiples of ``2**-k``, ``m2`` of ``2**-(k + 1)``, ``k = 23 - e`` for the smallest ``e``
+    with ``|m0| out_w + |m1| out_h + |m2| + 1 < 2**e``, which moves a source by at most ``(out_w + out_h)
+    2**-(k + 1) + 2**-(k + 2)``: 0.014 pixels at 224 x 224, 1/32 at about 400 x 400. Larger outputs keep
+    the plain float32 matrix (DALI's CPU and GPU warps then differ on rare ties, the fallback
+    following the CPU's)."""
+    out_h, out_w = (int(v) for v in out_size)
+    m = np.asarray(inverse, np.float64)[:2]
+    if not np.isfinite(m).all():
+        return m.astype(np.float32)
+    q = np.empty((2, 3))
+    for r, (a, b, c) in enumerate(m.tolist()):
+        k = 23 - math.frexp(abs(a) * out_w + abs(b) * out_h + abs(c) + 1)[1]
+        if (out_w + out_h) * 2.0 ** -(k + 1) + 2.0 ** -(k + 2) > tolerance:
+            return m.astype(np.float32)
+        q[r] = round(a * 2 ** k) / 2 ** k, round(b * 2 ** k) / 2 ** k, round(c * 2 ** (k + 1)) / 2 ** (k + 1)
+    q = q.astype(np.float32)
+    return q if on_grid(q, out_size) else m.astype(np.float32)
+
+
+WARP_SPAN = 256
+"""Output columns per run of DALI 2.4's CPU warp: each row's running sum starts again, at ``M @ (x0 + 0.5,
+y + 0.5, 1)``, every 256 columns (measured against its operator: one run per row differed on columns
+from 256 on, tests/transforms/test_target_kernels_dali.py)."""
+
+
 def warp_sources(jobs: list[tuple[np.ndarray, int, int]]) -> list[np.ndarray]:
     """Per job ``(inverse, out_h, out_w)`` (every job of one output size) a ``[out_w, out_h, 2]`` float32 array:
     for output pixel ``(y, x)`` at ``[x, y]`` the floored ``(x, y)`` of its source, in DALI CPU's float32
-    arithmetic: each row starts at ``M @ (0.5, y + 0.5, 1)`` and steps by the matrix's first column, one
-    float32 addition per pixel in order. Stored column by column so that each step is one vector
-    addition over all rows of all jobs: the loop's cost is its Python steps, one per column (0.15-0.27 ms
-    at 224 x 224, against 0.45 ms for ``np.cumsum`` along the rows), so the warps of a chain share one loop.
+    arithmetic: each run of :data:`WARP_SPAN` columns of a row starts at ``M @ (x0 + 0.5, y + 0.5, 1)``
+    (products added left to right) and steps by the matrix's first column, one float32 addition per
+    pixel in order. Stored column by column so that each step is one vector addition over all rows of
+    all jobs: the loop's cost is its Python steps, one per column (0.15-0.27 ms at 224 x 224, against
+    0.45 ms for ``np.cumsum`` along the rows), so the warps of a chain share one loop.
+    Needed only for a matrix off the grid (:func:`on_grid`): on it the sums are exact in any order.
 
     Raises:
         ConfigError: jobs of different output sizes.
@@ -135,38 +198,75 @@ def warp_sources(jobs: list[tuple[np.ndarray, int, int]]) -> list[np.ndarray]:
     y = np.arange(out_h, dtype=f) + f(0.5)
     for k, (inverse, _, _) in enumerate(jobs):
         m = np.asarray(inverse)[:2].astype(f)
-        src[0, k * n:(k + 1) * n] = (m[:, 0] * f(0.5) + m[:, 1] * y[:, None] + m[:, 2]).reshape(-1)
+        for x0 in range(0, out_w, WARP_SPAN):  # where each run starts: M @ (x0 + 0.5, y + 0.5, 1), left to right
+            src[x0, k * n:(k + 1) * n] = (m[:, 0] * f(x0 + 0.5) + m[:, 1] * y[:, None] + m[:, 2]).reshape(-1)
         step[k * n:(k + 1) * n] = np.tile(m[:, 0], out_h)
-    columns = list(src)
-    for before, column in zip(columns, columns[1:]):
-        np.add(before, step, out=column)
+    for x in range(1, out_w):
+        if x % WARP_SPAN:
+            np.add(src[x - 1], step, out=src[x])
     np.floor(src, out=src)
     return [src[:, k * n:(k + 1) * n].reshape(out_w, out_h, 2) for k in range(len(jobs))]  # views, no copy
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(n: int) -> NDArray[np.float32]:
+    """``n`` float32 values of this thread's scratch space, kept between calls: a fresh 400 KB array per
+    warp paid its page faults (0.08 ms at 224 x 224, most of the warp), one kept pays them once."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.size < n:
+        buf = _SCRATCH.buf = np.empty(n, np.float32)
+    return buf[:n]
+
+
+def _grid_sources(inverse: np.ndarray, out_h: int, out_w: int) -> tuple[np.ndarray, np.ndarray]:
+    """The floored source ``(x, y)`` of every output pixel, ``[out_h, out_w]`` float32 each, for a matrix on
+    the grid (:func:`on_grid`): ``m1 (y + 0.5) + m2`` per row plus ``m0 (x + 0.5)`` per column, exact. Views
+    of this thread's scratch space (:func:`_scratch`): valid until its next call."""
+    f = np.float32
+    m = np.asarray(inverse, f)[:2]
+    x, y = np.arange(out_w, dtype=f) + f(0.5), np.arange(out_h, dtype=f) + f(0.5)
+    maps = _scratch(2 * out_h * out_w).reshape(2, out_h, out_w)
+    for r in (0, 1):  # the columns' terms copied down, the rows' added: 0.013 ms against 0.021 for np.add.outer
+        np.copyto(maps[r], m[r, 0] * x)
+        np.add(maps[r], (m[r, 1] * y + m[r, 2])[:, None], out=maps[r])
+    np.floor(maps, out=maps)
+    return maps[0], maps[1]
 
 
 def nearest_warp(mask: np.ndarray, inverse: np.ndarray, out_size: Size, fill: int,
                  sources: np.ndarray | None = None) -> np.ndarray:
     """``mask`` warped by nearest neighbour: output pixel ``(y, x)`` takes the source pixel containing
     ``inverse @ (x + 0.5, y + 0.5, 1)`` (corner coordinates), ``fill`` where that falls outside. In the
-    float32 arithmetic of DALI's CPU ``fn.warp_affine(interp_type=INTERP_NN)``, bit for bit: each row
-    starts at ``M @ (0.5, y + 0.5, 1)`` and steps by the matrix's first column (a direct product
-    differs on ties: 2 of 153,600 pixels over 64 draws of 40 x 60).
+    float32 arithmetic of DALI's CPU ``fn.warp_affine(interp_type=INTERP_NN)``: each run of
+    :data:`WARP_SPAN` columns starts at ``M @ (x0 + 0.5, y + 0.5, 1)`` and steps by the matrix's first
+    column (a direct product differs on ties: 2 of 153,600 pixels over 64 draws of 40 x 60; beyond 256
+    columns 0-3 pixels of 240,000 still differ from DALI's, on ties), unless the matrix is on the grid
+    (:func:`on_grid`, as :func:`warp_matrix` puts the kernels' own): then every sum is exact, the direct
+    sums here are that, and DALI's GPU warp (a product per pixel) gives the same too.
 
-    The integer source indices are computed here; the gather is ``cv2.remap`` on an integer map
-    (``CV_16SC2``, ``INTER_NEAREST``: a copy per pixel, ``fill`` outside), for uint8 masks and sides
-    below 32767; other masks take the numpy gather of the same indices. ``sources``: the indices, where
-    :func:`warp_sources` computed them already (with other warps of a chain)."""
+    The gather is ``cv2.remap`` (``INTER_NEAREST``: a copy per pixel, ``fill`` outside), for uint8 masks
+    and sides below 32767; other masks take the numpy gather of the same indices. ``sources``: the
+    indices off the grid, where :func:`warp_sources` computed them already (with other warps of a chain)."""
     out_h, out_w = (int(v) for v in out_size)
     h, w = mask.shape
-    src = warp_sources([(inverse, out_h, out_w)])[0] if sources is None else sources
+    direct = sources is None and on_grid(inverse, (out_h, out_w))
+    if direct:  # upright maps: [out_h, out_w]
+        sx, sy = _grid_sources(inverse, out_h, out_w)
+    else:       # DALI CPU's running sums: [out_w, out_h], transposed
+        src = warp_sources([(inverse, out_h, out_w)])[0] if sources is None else sources
     if mask.dtype == np.uint8 and max(h, w, out_h, out_w) < SHRT_MAX:
         import cv2  # here, not at the top: importing the package loads no OpenCV (tests/test_imports.py)
 
+        if direct:  # integral float maps: cv2 rounds them to themselves, saturated (outside stays outside)
+            return cv2.remap(mask, sx, sy, cv2.INTER_NEAREST, borderMode=cv2.BORDER_CONSTANT, borderValue=int(fill))
         # integral floats to int16, saturated (outside stays outside): 0.013 ms at 224 x 224, clip + astype 0.034
         ints, _ = cv2.convertMaps(src, None, cv2.CV_16SC2, nninterpolation=True)
         out = cv2.remap(mask, ints, None, cv2.INTER_NEAREST, borderMode=cv2.BORDER_CONSTANT, borderValue=int(fill))
         return np.ascontiguousarray(out.T)
-    sx, sy = src[..., 0].T, src[..., 1].T
+    if not direct:
+        sx, sy = src[..., 0].T, src[..., 1].T
     inside = (sx >= 0) & (sx < w) & (sy >= 0) & (sy < h)
     out = np.take(mask.reshape(-1), np.where(inside, sy.astype(np.int64) * w + sx.astype(np.int64), 0))
     out[~inside] = fill
@@ -204,9 +304,12 @@ def _exact_mask(op: Transform, mask, params, fill: int = MASK_FILL):
 def warp_matrix(op: Transform, params: dict[str, np.ndarray], size: Size) -> NDArray[np.float32]:
     """The 2x3 float32 destination-to-source matrix the mask kernel of a rotation or affine samples by
     (corner coordinates): what a DALI graph gives ``fn.warp_affine(inverse_map=True, INTERP_NN)`` to
-    equal it bit for bit (``fn.rotate`` builds its own matrix from the angle: 2 of 3.9 million pixels
-    differed over 256 draws)."""
-    return np.linalg.inv(forward_matrix(op, params, size))[:2].astype(np.float32)
+    equal it bit for bit. The inverse of the image's map put on the exact grid of its output size
+    (:func:`grid_matrix`: within :data:`WARP_TOLERANCE` of a pixel), so that DALI's CPU and GPU warps and
+    the fallback's direct sums give the same class ids. Against the unrounded matrix, at 224 x 224:
+    0.0054 % of the pixels of drawn defect masks take a neighbour's id (0.15 % of a noise mask, every
+    pixel an edge)."""
+    return grid_matrix(np.linalg.inv(forward_matrix(op, params, size)), op.output_size(size, params))
 
 
 def _warped_mask(op: Transform, mask, params, fill: int = MASK_FILL):
@@ -323,18 +426,11 @@ def move_masks(chains, fill: int = MASK_FILL) -> list[np.ndarray]:
     # module's kernels (each output pixel is a source pixel or fill): no pass at all
     uniform = {c: np.full(plan.shape, fill, mask.dtype) for c, (plan, mask) in enumerate(zip(plans, masks))
                if plan.shape is not None and not (mask.any() if fill == 0 else (mask != fill).any())}
-    warps = [[] if c in uniform else [(j, e) for j, e in enumerate(plan.entries) if e[0] == "warp"]
-             for c, plan in enumerate(plans)]
+    warps = [[] if c in uniform else [(j, e) for j, e in enumerate(plan.entries)  # off the grid: a shared loop
+                                      if e[0] == "warp" and not on_grid(e[3], e[4])] for c, plan in enumerate(plans)]
     out: list[np.ndarray] = []
-    while len(out) < len(plans):
-        group, n, pixels = [], 0, 0  # the next samples whose warps fit one loop (at least one sample)
-        while len(out) + len(group) < len(plans):
-            more = warps[len(out) + len(group)]
-            area = sum(e[4][0] * e[4][1] for _, e in more)
-            if group and (n + len(more) > WARP_JOBS or pixels + area > WARP_PIXELS):
-                break
-            group.append(len(out) + len(group))
-            n, pixels = n + len(more), pixels + area
+
+    def run(group: list[int]) -> None:  # consecutive samples whose warps fit one loop (per output size)
         jobs: dict[tuple, list] = {}  # output size -> [((chain, entry), (inverse, out_h, out_w))]
         for c in group:
             for j, e in warps[c]:
@@ -342,7 +438,18 @@ def move_masks(chains, fill: int = MASK_FILL) -> list[np.ndarray]:
         sources: dict[tuple, np.ndarray] = {}
         for same in jobs.values():
             sources.update(zip([key for key, _ in same], warp_sources([job for _, job in same])))
-        out += [uniform[c] if c in uniform else _run_plan(plans[c], masks[c], sources, c, fill) for c in group]
+        out.extend(uniform[c] if c in uniform else _run_plan(plans[c], masks[c], sources, c, fill) for c in group)
+
+    group, n, pixels = [], 0, 0
+    for c, more in enumerate(warps):
+        area = sum(e[4][0] * e[4][1] for _, e in more)
+        if group and (n + len(more) > WARP_JOBS or pixels + area > WARP_PIXELS):
+            run(group)
+            group, n, pixels = [], 0, 0
+        group.append(c)
+        n, pixels = n + len(more), pixels + area
+    if group:
+        run(group)
     return out
 
 

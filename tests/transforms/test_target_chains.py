@@ -90,13 +90,27 @@ def test_the_warps_of_a_chain_share_one_source_loop_with_the_same_indices(monkey
     params, ops = draws(CHAINS["recipe"], n=3)
     for p in params:
         move_targets(ops, p, np.ones(SIZE, np.uint8))
+    assert calls == []  # on the exact grid: direct sums, no loop
+    off_the_grid(monkeypatch)
+    for p in params:
+        move_targets(ops, p, np.ones(SIZE, np.uint8))
     assert calls == [2, 2, 2]
 
 
+def off_the_grid(monkeypatch):
+    """The kernels' warp matrices unrounded (as for outputs too large for the grid): their warps take DALI
+    CPU's running sums, computed in shared loops."""
+    monkeypatch.setattr(targets, "grid_matrix",
+                        lambda inverse, out_size, tolerance=0: np.asarray(inverse)[:2].astype(np.float32))
+
+
 @pytest.mark.parametrize("fill", [0, 255])
-def test_a_batchs_masks_moved_together_equal_them_one_by_one(monkeypatch, fill):
-    """``move_masks`` (a batch's masks: the warps of all its samples share source loops of up to WARP_JOBS)
-    gives each mask the class ids of ``move_mask`` alone, for chains and mask sizes mixed in one call."""
+@pytest.mark.parametrize("grid", [True, False])
+def test_a_batchs_masks_moved_together_equal_them_one_by_one(monkeypatch, fill, grid):
+    """``move_masks`` (a batch's masks: the warps of all its samples off the grid share source loops of up to
+    WARP_JOBS) gives each mask the class ids of ``move_mask`` alone, for chains and mask sizes mixed in one call."""
+    if not grid:
+        off_the_grid(monkeypatch)
     rng = np.random.default_rng(3)
     chains, want = [], []
     for name in sorted(CHAINS):
@@ -115,7 +129,7 @@ def test_a_batchs_masks_moved_together_equal_them_one_by_one(monkeypatch, fill):
     got = targets.move_masks(chains, fill)
     assert len(got) == len(want) and all(g.shape == w.shape and np.array_equal(g, w) for g, w in zip(got, want))
     # the recipe's 24 warps (12 draws x rotation + affine, one output size): loops of WARP_JOBS warps
-    assert targets.WARP_JOBS == 8 and calls == [8, 8, 8]
+    assert targets.WARP_JOBS == 8 and calls == ([] if grid else [8, 8, 8])
     assert targets.move_masks([], fill) == []
 
 
@@ -198,6 +212,7 @@ def test_large_warps_share_no_loop(monkeypatch):
     calls = []
     real = targets.warp_sources
     monkeypatch.setattr(targets, "warp_sources", lambda j: calls.append(len(j)) or real(j))
+    off_the_grid(monkeypatch)
     side = int((targets.WARP_PIXELS / 4) ** 0.5) + 1  # four warps of this size exceed the cap, three do not
     ops = [T.RandomRotation(15)]
     params = [[ops[0].make_params(seed=0, epoch=0, position=k, image_size=(side, side))] for k in range(7)]
