@@ -421,11 +421,15 @@ def move_masks(chains, fill: int = MASK_FILL) -> list[np.ndarray]:
     registered elsewhere runs as usual)."""
     chains = list(chains)
     masks = [_checked_mask("move_targets", mask) for _, _, mask in chains]
-    plans = [_plan(_mask_steps(ops, params), 0, mask.shape) for (ops, params, _), mask in zip(chains, masks)]
     # a mask all ``fill`` (a sample without a mask file: all background) stays all ``fill`` through this
-    # module's kernels (each output pixel is a source pixel or fill): no pass at all
-    uniform = {c: np.full(plan.shape, fill, mask.dtype) for c, (plan, mask) in enumerate(zip(plans, masks))
-               if plan.shape is not None and not (mask.any() if fill == 0 else (mask != fill).any())}
+    # module's kernels (each output pixel is a source pixel or fill): no pass at all, nor warp matrices
+    blank = [not (mask.any() if fill == 0 else (mask != fill).any()) for mask in masks]
+    plans = [_plan(_mask_steps(ops, params), 0, mask.shape, matrices=not b)
+             for (ops, params, _), mask, b in zip(chains, masks, blank)]
+    uniform = {c: np.full(plan.shape, fill, mask.dtype) for c, (plan, mask, b) in enumerate(zip(plans, masks, blank))
+               if b and plan.shape is not None}
+    plans = [_plan(plan.steps, 0, mask.shape) if b and c not in uniform else plan  # a kernel of its own: run it
+             for c, (plan, mask, b) in enumerate(zip(plans, masks, blank))]
     warps = [[] if c in uniform else [(j, e) for j, e in enumerate(plan.entries)  # off the grid: a shared loop
                                       if e[0] == "warp" and not on_grid(e[3], e[4])] for c, plan in enumerate(plans)]
     out: list[np.ndarray] = []
@@ -476,8 +480,9 @@ def _mask_steps(ops, params: list[dict[str, np.ndarray]]) -> list[tuple]:
     return [(op, p, k) for op, p, k in steps if not (op.is_identity or (k is _unmoved and op.KIND != "geometric"))]
 
 
-def _plan(steps: list[tuple], first: int, shape: Size) -> _MaskPlan:
-    """:class:`_MaskPlan` of ``steps[first:]`` for an input of ``shape``."""
+def _plan(steps: list[tuple], first: int, shape: Size, matrices: bool = True) -> _MaskPlan:
+    """:class:`_MaskPlan` of ``steps[first:]`` for an input of ``shape`` (``matrices=False``: the warps'
+    matrices left None, for a plan whose output size is all that is needed)."""
     entries: list[tuple] = []
     rows = cols = None  # pending 1-D maps over the rows and columns of the input of step ``start``
     start = first
@@ -500,7 +505,8 @@ def _plan(steps: list[tuple], first: int, shape: Size) -> _MaskPlan:
                 entries.append(("later", k + 1))
             return _MaskPlan(steps, entries, None)
         out = tuple(int(v) for v in out)
-        entries.append(("warp", op, p, warp_matrix(op, p, shape), out, shape, k) if kernel is _warped_mask
+        entries.append(("warp", op, p, warp_matrix(op, p, shape) if matrices else None, out, shape, k)
+                       if kernel is _warped_mask
                        else ("kernel", op, p, kernel, k))
         shape = out
     if rows is not None:
