@@ -246,11 +246,13 @@ class ImageDataset(Dataset):
         boxes = None
         if "boxes" in t.kinds:
             boxes = Boxes.of_index(*t.boxes_of(served), size)
-        pending = None
+        served_mask = None  # [1, H, W] moved here, or an UnmovedMask that finish_masks moves with its batch's
         if defer_mask and mask is not None:
-            pending, mask = UnmovedMask(mask, params), None
+            served_mask, mask = UnmovedMask(mask, params), None
         mask, boxes, dropped = move_targets(self.spec.transforms, params, mask, boxes, self.box_policy, self.fill_mask)
-        return {"mask": pending if pending is not None else None if mask is None else np.ascontiguousarray(mask)[None],
+        if mask is not None:
+            served_mask = np.ascontiguousarray(mask)[None]
+        return {"mask": served_mask,
                 "boxes": None if boxes is None else boxes.xyxy, "box_labels": None if boxes is None else boxes.labels,
                 "dropped": dropped.total}
 
