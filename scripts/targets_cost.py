@@ -82,6 +82,14 @@ def per_sample(masks, boxes, spec, batch_size: int = 16, repeats: int = 5) -> No
         kernel_ms = min(kernel_ms, best_ms(lambda i: move_targets(spec.transforms, params[i], read[i]), with_mask, 1))
         batch_ms = min(batch_ms, best_ms(lambda b: move_masks([(spec.transforms, params[i], read[i]) for i in b]),
                                          batches, 1) * len(batches) / len(with_mask))
+    # the same chain without its warps (rotation, affine): crops, flips and resizes, one gather together
+    from dali_backend.transforms import RandomAffine, RandomRotation
+
+    keep = [k for k, op in enumerate(spec.transforms) if not isinstance(op, (RandomRotation, RandomAffine))]
+    flat_ops = [spec.transforms[k] for k in keep]
+    flat = {i: [params[i][k] for k in keep] for i in with_mask}
+    flat_ms = best_ms(lambda b: move_masks([(flat_ops, flat[i], read[i]) for i in b]), batches, repeats) * len(
+        batches) / len(with_mask)
     nearest_ms = best(lambda i: cv2.remap(read[i], mx, my, cv2.INTER_NEAREST), with_mask)
     b = boxes.annotations
     bsize = {i: (int(boxes.heights[i]), int(boxes.widths[i])) for i in range(len(boxes))}
@@ -98,6 +106,8 @@ def per_sample(masks, boxes, spec, batch_size: int = 16, repeats: int = 5) -> No
           f"{batch_ms:.2f} ms in batches of {batch_size} as the loader moves them (one plain nearest pass "
           f"{nearest_ms:.3f} ms): {(read_ms + batch_ms) / (decode_ms + nearest_ms):.2f}x the mask's decode + "
           f"one nearest pass; boxes {box_ms:.3f} ms ({100 * box_ms / image_ms:.1f} % of the image's)")
+    print(f"without the warps (rotation, affine): mask kernels {flat_ms:.2f} ms in batches: "
+          f"{(read_ms + flat_ms) / (decode_ms + nearest_ms):.2f}x the mask's decode + one nearest pass")
     print(f"DALI reader worker, per sample: a mask's steps (sizes, matrices) {wire_ms:.3f} ms beside its read; "
           f"boxes moved into the note {note_ms:.3f} ms")
 
