@@ -27,8 +27,9 @@ The rules, and the trade-offs they make:
     :data:`WARP_TOLERANCE` of a pixel, 0.014 at 224 x 224), where every float32 sum the warp forms is
     exact: DALI's CPU warp (running sums along each row), its GPU warp (a product per pixel, FMA or
     not) and the kernel's direct sums (two vector additions) give the same source pixels, so the class
-    ids are equal on every backend, GPU included. Outputs too large for the grid (from about 400 x 400)
-    keep the plain matrix and DALI CPU's running sums (:func:`warp_sources`: a Python loop over the
+    ids are equal on every backend, GPU included (by the arithmetic; its tests need a CUDA machine).
+    Draws too far from the grid (none at 224 x 224 or 256 x 256; most from about 400 x 400, by their
+    matrices) keep the plain matrix and DALI CPU's running sums (:func:`warp_sources`: a Python loop over the
     columns, shared by the warps of up to :data:`WARP_JOBS` consecutive samples, :func:`move_masks`);
     DALI's GPU then differs from them on rare ties.
     The warps are not composed with each other nor with what precedes them: DALI's graph applies them
@@ -139,7 +140,10 @@ def on_grid(inverse: np.ndarray, out_size: Size) -> bool:
     order of operations or the FMA: DALI's CPU warp (a float32 addition per pixel along each row),
     its GPU warp (a product per pixel) and the direct sums here agree bit for bit."""
     out_h, out_w = (int(v) for v in out_size)
-    for a, b, c in np.asarray(inverse, np.float32)[:2].tolist():
+    rows = np.asarray(inverse, np.float32)[:2]
+    if not np.isfinite(rows).all():
+        return False
+    for a, b, c in rows.tolist():
         k = max(_fraction_bits(a), _fraction_bits(b), _fraction_bits(c) - 1)
         if (abs(a) * out_w + abs(b) * out_h + abs(c)) * 2.0 ** (k + 1) >= 2 ** 24:
             return False
@@ -151,7 +155,7 @@ def grid_matrix(inverse: np.ndarray, out_size: Size, tolerance: float = WARP_TOL
     (:func:`on_grid`) where that moves no output pixel's source by more than ``tolerance`` pixels: ``m0``
     and ``m1`` to multiples of ``2**-k``, ``m2`` of ``2**-(k + 1)``, ``k = 23 - e`` for the smallest ``e``
     with ``|m0| out_w + |m1| out_h + |m2| + 1 < 2**e``, which moves a source by at most ``(out_w + out_h)
-    2**-(k + 1) + 2**-(k + 2)``: 0.014 pixels at 224 x 224, 1/32 at about 400 x 400. Larger outputs keep
+    2**-(k + 1) + 2**-(k + 2)``: 0.014 pixels at 224 x 224, 1/32 at about 400 x 400. Draws beyond it keep
     the plain float32 matrix (DALI's CPU and GPU warps then differ on rare ties, the fallback
     following the CPU's)."""
     out_h, out_w = (int(v) for v in out_size)
@@ -169,17 +173,18 @@ def grid_matrix(inverse: np.ndarray, out_size: Size, tolerance: float = WARP_TOL
 
 
 WARP_SPAN = 256
-"""Output columns per run of DALI 2.4's CPU warp: each row's running sum starts again, at ``M @ (x0 + 0.5,
-y + 0.5, 1)``, every 256 columns (measured against its operator: one run per row differed on columns
-from 256 on, tests/transforms/test_target_kernels_dali.py)."""
+"""Output columns per run of DALI 2.4's CPU warp (``WarpCPU`` for an affine map, dali/kernels/imgproc/
+warp_cpu.h): each row is cut into runs of 256 columns; a run's start is the previous run's plus
+``float32(256 m0)``, and within a run each pixel's source is the previous one's plus ``m0`` (one run per
+row differed from DALI's operator on columns from 256 on: tests/transforms/test_target_kernels_dali.py)."""
 
 
 def warp_sources(jobs: list[tuple[np.ndarray, int, int]]) -> list[np.ndarray]:
     """Per job ``(inverse, out_h, out_w)`` (every job of one output size) a ``[out_w, out_h, 2]`` float32 array:
     for output pixel ``(y, x)`` at ``[x, y]`` the floored ``(x, y)`` of its source, in DALI CPU's float32
-    arithmetic: each run of :data:`WARP_SPAN` columns of a row starts at ``M @ (x0 + 0.5, y + 0.5, 1)``
-    (products added left to right) and steps by the matrix's first column, one float32 addition per
-    pixel in order. Stored column by column so that each step is one vector addition over all rows of
+    arithmetic: a row starts at ``(m2 + m0 0.5) + m1 (y + 0.5)`` (DALI's order: the translation first) and
+    steps by the matrix's first column ``m0``, one float32 addition per pixel in order, in runs of
+    :data:`WARP_SPAN` columns, each run starting from the previous run's start plus ``256 m0``. Stored column by column so that each step is one vector addition over all rows of
     all jobs: the loop's cost is its Python steps, one per column (0.15-0.27 ms at 224 x 224, against
     0.45 ms for ``np.cumsum`` along the rows), so the warps of a chain share one loop.
     Needed only for a matrix off the grid (:func:`on_grid`): on it the sums are exact in any order.
@@ -195,15 +200,15 @@ def warp_sources(jobs: list[tuple[np.ndarray, int, int]]) -> list[np.ndarray]:
     n = 2 * out_h  # one job's values in a column: (source x, source y) of every row
     src = np.empty((out_w, len(jobs) * n), f)  # column x of every job, side by side: one vector per step
     step = np.empty(len(jobs) * n, f)
+    span = np.empty(len(jobs) * n, f)
     y = np.arange(out_h, dtype=f) + f(0.5)
     for k, (inverse, _, _) in enumerate(jobs):
         m = np.asarray(inverse)[:2].astype(f)
-        for x0 in range(0, out_w, WARP_SPAN):  # where each run starts: M @ (x0 + 0.5, y + 0.5, 1), left to right
-            src[x0, k * n:(k + 1) * n] = (m[:, 0] * f(x0 + 0.5) + m[:, 1] * y[:, None] + m[:, 2]).reshape(-1)
+        src[0, k * n:(k + 1) * n] = ((m[:, 2] + m[:, 0] * f(0.5)) + m[:, 1] * y[:, None]).reshape(-1)  # DALI's order
         step[k * n:(k + 1) * n] = np.tile(m[:, 0], out_h)
-    for x in range(1, out_w):
-        if x % WARP_SPAN:
-            np.add(src[x - 1], step, out=src[x])
+        span[k * n:(k + 1) * n] = np.tile(f(WARP_SPAN) * m[:, 0], out_h)
+    for x in range(1, out_w):  # along each run one step per column; a run starts from the last one's start
+        np.add(src[x - 1] if x % WARP_SPAN else src[x - WARP_SPAN], step if x % WARP_SPAN else span, out=src[x])
     np.floor(src, out=src)
     return [src[:, k * n:(k + 1) * n].reshape(out_w, out_h, 2) for k in range(len(jobs))]  # views, no copy
 
@@ -239,10 +244,9 @@ def nearest_warp(mask: np.ndarray, inverse: np.ndarray, out_size: Size, fill: in
                  sources: np.ndarray | None = None) -> np.ndarray:
     """``mask`` warped by nearest neighbour: output pixel ``(y, x)`` takes the source pixel containing
     ``inverse @ (x + 0.5, y + 0.5, 1)`` (corner coordinates), ``fill`` where that falls outside. In the
-    float32 arithmetic of DALI's CPU ``fn.warp_affine(interp_type=INTERP_NN)``: each run of
-    :data:`WARP_SPAN` columns starts at ``M @ (x0 + 0.5, y + 0.5, 1)`` and steps by the matrix's first
-    column (a direct product differs on ties: 2 of 153,600 pixels over 64 draws of 40 x 60; beyond 256
-    columns 0-3 pixels of 240,000 still differ from DALI's, on ties), unless the matrix is on the grid
+    float32 arithmetic of DALI's CPU ``fn.warp_affine(interp_type=INTERP_NN)``, bit for bit: running sums
+    along each row, in runs of :data:`WARP_SPAN` columns (:func:`warp_sources`; a direct product differs
+    on ties: 2 of 153,600 pixels over 64 draws of 40 x 60), unless the matrix is on the grid
     (:func:`on_grid`, as :func:`warp_matrix` puts the kernels' own): then every sum is exact, the direct
     sums here are that, and DALI's GPU warp (a product per pixel) gives the same too.
 

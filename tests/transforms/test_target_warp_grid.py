@@ -69,6 +69,10 @@ def test_on_grid_reads_the_bits_and_the_range():
     fine = np.array([[2.0 ** -12, 0, 0], [0, 1, 0]], np.float32)
     assert on_grid(fine, (100, 100)) and not on_grid(fine * 4096 * 4096, (100, 100))   # in range, then not
     assert not on_grid(np.array([[1, 0, 2.0 ** -14], [0, 1, 0]], np.float32), (4096, 4096))
+    for bad in (np.nan, np.inf):  # not on it: the running sums run, as for any matrix (all fill here)
+        m = np.array([[1, 0, bad], [0, 1, 0]], np.float32)
+        assert not on_grid(m, (10, 10)) and np.array_equal(grid_matrix(m, (10, 10)), m, equal_nan=True)
+        assert (nearest_warp(np.ones((10, 10), np.uint8), m, (10, 10), 0) == 0).all()
 
 
 @pytest.mark.parametrize("text", OPS)
