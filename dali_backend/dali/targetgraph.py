@@ -2,7 +2,7 @@
 
 **Masks** ride through the same graph as their images, by nearest neighbour: every geometric operation
 becomes at most two DALI steps, ``fn.resize(INTERP_NN, antialias=False)`` (resizes, the resize of a
-``RandomResizedCrop``), ``fn.slice(out_of_bounds_policy="pad", fill_values=fill_mask)`` (crops, crop
+``RandomResizedCrop``; its ROI, the kernel's ``resize_extent``, puts the scale on the exact grid), ``fn.slice(out_of_bounds_policy="pad", fill_values=fill_mask)`` (crops, crop
 padding, letterbox bands: an integer window, pixels copied) and ``fn.warp_affine(INTERP_NN,
 fill_value=fill_mask, inverse_map=True)`` (flips, quarter turns, rotations, affines: the kernel's own
 ``warp_matrix``), whose per-draw arguments (windows, sizes, 2x3 matrices) the reader worker computes from
@@ -37,7 +37,7 @@ import torch
 from ..core.transfer import to_device
 from ..transforms.crop import RandomResizedCrop
 from ..transforms.resize import Resize
-from ..transforms.targets import CROPS, BoxPolicy, Boxes, move_targets, warp_matrix
+from ..transforms.targets import CROPS, BoxPolicy, Boxes, move_targets, resize_extent, warp_matrix
 
 
 def step_kinds(op) -> tuple[str, ...]:
@@ -54,35 +54,42 @@ def step_kinds(op) -> tuple[str, ...]:
     return ("warp",)
 
 
+def _resize(in_hw: tuple[int, int], out_hw: tuple[int, int]) -> tuple[str, tuple]:
+    """A resize step: its output size and the source extent (:func:`resize_extent`) per axis."""
+    out_hw = tuple(int(v) for v in out_hw)
+    return ("resize", (out_hw, tuple(resize_extent(int(n), o) for n, o in zip(in_hw, out_hw))))
+
+
 def steps_of(op, params: dict, size: tuple[int, int]) -> list[tuple[str, tuple]]:
-    """``op``'s mask steps for one draw on a mask of ``size`` (h, w): ``("resize", (h, w))``, ``("slice",
-    ((top, left), (h, w)))`` or ``("warp", (matrix 2x3, (h, w)))``, the CPU kernel's geometry."""
+    """``op``'s mask steps for one draw on a mask of ``size`` (h, w): ``("resize", ((h, w), (extent_h,
+    extent_w)))``, ``("slice", ((top, left), (h, w)))`` or ``("warp", (matrix 2x3, (h, w)))``, the CPU
+    kernel's geometry (a resize's extent puts its scale on the kernel's exact grid)."""
     kinds = step_kinds(op)
     if not kinds:
         return []
     if isinstance(op, Resize):
         inner = tuple(op.size) if op.exact else (int(params["height"]), int(params["width"]))
         if not op.letterbox:
-            return [("resize", inner)]
+            return [_resize(size, inner)]
         (H, W), (nh, nw) = op.size, inner
-        return [("resize", inner), ("slice", ((-((H - nh + 1) // 2), -((W - nw + 1) // 2)), (H, W)))]
+        return [_resize(size, inner), ("slice", ((-((H - nh + 1) // 2), -((W - nw + 1) // 2)), (H, W)))]
     if isinstance(op, CROPS):
         top, left, ch, cw = (int(v) for v in op.window(params))
         steps = [("slice", ((top, left), (ch, cw)))]
-        return steps + [("resize", tuple(op.size))] if isinstance(op, RandomResizedCrop) else steps
+        return steps + [_resize((ch, cw), op.size)] if isinstance(op, RandomResizedCrop) else steps
     return [("warp", (warp_matrix(op, params, size), tuple(op.output_size(size, params))))]
 
 
 def mask_wire(spec, params: list[dict], size: tuple[int, int]) -> list[np.ndarray]:
-    """The per-draw arrays the mask steps of ``spec`` take, in graph order: a float32 ``[2]`` size per
-    resize; a float32 ``[2]`` start (top, left) and ``[2]`` shape per slice; a float32 ``[2, 3]`` matrix and
-    ``[2]`` size per warp."""
+    """The per-draw arrays the mask steps of ``spec`` take, in graph order: a float32 ``[2]`` size and ``[2]``
+    source extent per resize; a float32 ``[2]`` start (top, left) and ``[2]`` shape per slice; a float32
+    ``[2, 3]`` matrix and ``[2]`` size per warp."""
     out = []
     for op, p in zip(spec.transforms, params):
         for kind, value in steps_of(op, p, size):
             if kind == "resize":
-                size = tuple(int(v) for v in value)
-                out.append(np.array(size, np.float32))
+                size = tuple(int(v) for v in value[0])
+                out += [np.array(size, np.float32), np.array(value[1], np.float32)]  # the extent: exact
             elif kind == "slice":
                 start, size = value[0], tuple(int(v) for v in value[1])
                 out += [np.array(start, np.float32), np.array(size, np.float32)]
@@ -94,7 +101,7 @@ def mask_wire(spec, params: list[dict], size: tuple[int, int]) -> list[np.ndarra
 
 def mask_wire_count(spec) -> int:
     """How many arrays :func:`mask_wire` sends for ``spec``."""
-    return sum(1 if k == "resize" else 2 for op in spec.transforms for k in step_kinds(op))
+    return sum(2 for op in spec.transforms for _ in step_kinds(op))
 
 
 def mask_graph(fn, types, mask, spec, values: list, fill: int = 0):
@@ -104,9 +111,10 @@ def mask_graph(fn, types, mask, spec, values: list, fill: int = 0):
     it = iter(values)
     for op in spec.transforms:
         for kind in step_kinds(op):
-            if kind == "resize":
-                size = next(it)
-                mask = fn.resize(mask, size=size, interp_type=types.INTERP_NN, antialias=False)
+            if kind == "resize":  # the extent as a ROI: the scale is the CPU kernel's (nearest_scale)
+                size, extent = next(it), next(it)
+                mask = fn.resize(mask, size=size, roi_start=[0.0, 0.0], roi_end=extent, roi_relative=False,
+                                 interp_type=types.INTERP_NN, antialias=False)
             elif kind == "slice":
                 start, shape = (fn.cast(next(it), dtype=types.INT32) for _ in range(2))  # whole numbers, sent as float32
                 mask = fn.slice(mask, start=start, shape=shape, axis_names="HW", out_of_bounds_policy="pad",

@@ -14,8 +14,9 @@ The rules, and the trade-offs they make:
   sample for three boxes through crop, flip, rotation and affine: 1.2-1.9 % of a fallback sample).
 * **Masks** (``H x W`` integer class ids) move by nearest neighbour, never antialiased: crops and
   flips cut and mirror exactly; resizes and warps sample each output pixel's centre in the source
-  (``src = floor((x + 0.5) * in / out)``, in the float32 arithmetic of DALI's CPU ``INTERP_NN``
-  operators: tests/transforms/test_target_kernels_dali.py), and the mask's own fill
+  (``src = floor((x + 0.5) * s)``, with the scale or matrix rounded onto a grid on which every float32
+  sum is exact, :func:`nearest_scale` and :func:`grid_matrix`, so that DALI's CPU and GPU ``INTERP_NN``
+  operators and these kernels agree: tests/transforms/test_target_kernels_dali.py), and the mask's own fill
   (``fill``, the dataset's ``fill_mask``: 0, background, or an ignore id) goes where the image is padded.
   What a mask costs, per operation (:func:`move_mask`; scripts/mask_kernels_cost.py):
 
@@ -69,7 +70,7 @@ from .window import crop
 
 __all__ = ["CROPS", "FEW_BOXES", "FLIPS", "MASK_FILL", "BoxPolicy", "Boxes", "Dropped", "boxes_kernel", "erase_mask",
            "forward_affine", "forward_matrix", "grid_matrix", "move_boxes", "move_masks", "move_targets", "nearest_resize",
-           "nearest_warp", "on_grid", "rotation_matrix", "warp_matrix"]
+           "nearest_scale", "nearest_warp", "on_grid", "resize_extent", "rotation_matrix", "warp_matrix"]
 MASK_FILL = 0  # the mask's value where the image is padded or warped in from outside: background
 SHRT_MAX = 32767  # cv2.remap's integer maps (CV_16SC2) and its output sides stay below this
 
@@ -84,42 +85,82 @@ def _checked_mask(op: Transform | str, mask) -> np.ndarray:
     return mask
 
 
+WARP_TOLERANCE = 1 / 32
+"""The most, in source pixels at the farthest output pixel, that :func:`warp_matrix` moves a mask warp's
+matrix (and :func:`nearest_scale` a mask resize's scale) to put it on an exact grid (:func:`on_grid`;
+OpenCV's warps resolve 1/32 of a pixel too)."""
+
+
+def nearest_scale(n_in: int, n_out: int, tolerance: float | None = None) -> float | None:
+    """The scale, source pixels per output pixel, a mask's nearest resize of ``n_in`` to ``n_out`` pixels
+    samples by: ``n_in / n_out`` rounded down onto the grid of ``2**-k`` (``k = 23 - e``, ``n_in + 1 <= 2**e``)
+    on which every source position ``s (j + 0.5)`` and every running sum of ``s`` is exact in float32, so
+    that DALI's CPU resize (a running sum down the rows, a product across the columns), its GPU resize
+    (``floor(j s + 0.5 s)``, FMA or not) and the fallback give the same source pixels; None where that
+    moves the last output pixel's sampling point by more than ``tolerance`` (default
+    :data:`WARP_TOLERANCE`) of an output pixel (``(n_in - s n_out) n_out / n_in``: 0.0096 at 320 -> 224,
+    0.011 at 2048 -> 224), and the plain scale ``float32(n_in) / float32(n_out)`` is used (4000 -> 3000).
+    Rounded down, the source stays inside: no clamping."""
+    tolerance = WARP_TOLERANCE if tolerance is None else tolerance
+    k = 23 - math.frexp(n_in + 1)[1]
+    if k < 0 or n_out < 1:
+        return None
+    s = ((n_in << k) // n_out) / 2 ** k  # floor(n_in / n_out * 2**k) / 2**k, in integers: exact
+    return s if s > 0 and (n_in - s * n_out) * n_out / n_in <= tolerance else None
+
+
+def resize_extent(n_in: int, n_out: int) -> float:
+    """The source extent a DALI graph gives ``fn.resize(roi_start=0, roi_end=extent, roi_relative=False,
+    INTERP_NN)`` so that its scale is :func:`nearest_scale`'s (``s n_out``, exact in float32: DALI divides
+    it by ``n_out`` back to ``s``), or ``n_in`` (the whole image: DALI's own scale) off the grid."""
+    s = nearest_scale(n_in, n_out)
+    return float(n_in) if s is None else s * n_out
+
+
 @functools.lru_cache(maxsize=512)
 def _nearest_columns(n_out: int, n_in: int) -> np.ndarray:
-    """The source column of each output column of a nearest resize (read-only, cached per size pair)."""
-    s = np.float32(n_in) / np.float32(n_out)
-    out = np.minimum(np.floor((np.arange(n_out, dtype=np.float32) + np.float32(0.5)) * s).astype(np.intp), n_in - 1)
+    """The source column of each output column of a nearest resize (read-only, cached per size pair):
+    ``floor(s (j + 0.5))`` on :func:`nearest_scale`'s grid (exact), else DALI CPU's float32
+    ``floor((j + 0.5f) * s)``."""
+    grid = nearest_scale(n_in, n_out)
+    if grid is not None:
+        out = np.floor(grid * (np.arange(n_out) + 0.5)).astype(np.intp)
+    else:
+        s = np.float32(n_in) / np.float32(n_out)
+        out = np.minimum(np.floor((np.arange(n_out, dtype=np.float32) + np.float32(0.5)) * s).astype(np.intp), n_in - 1)
     out.flags.writeable = False
     return out
 
 
 @functools.lru_cache(maxsize=512)
 def _nearest_rows(n_out: int, n_in: int) -> np.ndarray:
-    """The source row of each output row of a nearest resize (read-only, cached per size pair)."""
-    s = np.float32(n_in) / np.float32(n_out)
-    steps = np.full(n_out, s, np.float32)
-    steps[0] = np.float32(0.5) * s
-    out = np.minimum(np.floor(np.cumsum(steps, dtype=np.float32)).astype(np.intp), n_in - 1)  # sequential in float32
+    """The source row of each output row of a nearest resize (read-only, cached per size pair): as
+    :func:`_nearest_columns` on the grid, else DALI CPU's running float32 sum ``0.5f * s + s + ...``."""
+    grid = nearest_scale(n_in, n_out)
+    if grid is not None:
+        out = np.floor(grid * (np.arange(n_out) + 0.5)).astype(np.intp)
+    else:
+        s = np.float32(n_in) / np.float32(n_out)
+        steps = np.full(n_out, s, np.float32)
+        steps[0] = np.float32(0.5) * s
+        out = np.minimum(np.floor(np.cumsum(steps, dtype=np.float32)).astype(np.intp), n_in - 1)  # sequential
     out.flags.writeable = False
     return out
 
 
 def nearest_resize(mask: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
     """``mask`` resized to ``out_h`` x ``out_w`` by nearest neighbour, no antialiasing, labels never mixed:
-    output pixel ``j`` takes the source pixel containing its centre, ``(j + 0.5) * in / out``, in DALI's
-    CPU ``fn.resize(interp_type=INTERP_NN)`` float32 arithmetic, bit for bit (measured on 400 random
-    sizes up to 1500): columns ``floor((j + 0.5f) * s)``, rows by the running sum ``0.5f * s + s + ...``
-    (``s = float32(in) / float32(out)``); the two differ on exact ties (40 -> 100 rows: 14 of 100).
+    output pixel ``j`` takes the source pixel containing its centre, ``(j + 0.5) * s``, per axis with the
+    scale ``s`` of :func:`nearest_scale` (``in / out`` on an exact grid, within 1/32 of a pixel: what DALI's
+    ``fn.resize(INTERP_NN)`` gives with :func:`resize_extent`'s ROI, on its CPU and GPU alike), else in
+    DALI CPU's float32 arithmetic without a ROI, bit for bit (measured on 400 random sizes up to 1500):
+    columns ``floor((j + 0.5f) * s)``, rows by the running sum ``0.5f * s + s + ...`` (``s = float32(in) /
+    float32(out)``; the two differ on exact ties, 40 -> 100 rows: 14 of 100, as DALI's GPU may).
     Two 1-D gathers (rows, then columns: ``np.take``) of indices cached per size pair: 0.04 ms at
     200 x 250 -> 224 x 224, against 0.23 ms for one 2-D fancy index and 0.13 ms for ``cv2.resize``
     of the 3-channel image (scripts/mask_kernels_cost.py)."""
     h, w = mask.shape
     return mask.take(_nearest_rows(int(out_h), h), axis=0).take(_nearest_columns(int(out_w), w), axis=1)
-
-
-WARP_TOLERANCE = 1 / 32
-"""The most, in source pixels at the farthest output pixel, that :func:`warp_matrix` moves a mask warp's
-matrix to put it on an exact grid (:func:`on_grid`; OpenCV's warps resolve 1/32 of a pixel too)."""
 
 
 def _fraction_bits(v: float) -> int:

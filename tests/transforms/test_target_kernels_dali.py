@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from dali_backend import transforms as T
-from dali_backend.transforms.targets import forward_matrix, nearest_resize, nearest_warp, on_grid, warp_matrix
+from dali_backend.transforms.targets import (forward_matrix, nearest_resize, nearest_scale, nearest_warp, on_grid,
+                                             resize_extent, warp_matrix)
 from tests.helpers import CUDA
 
 pytest.importorskip("nvidia.dali")
@@ -48,17 +49,46 @@ def labels(shape) -> np.ndarray:
     return np.random.default_rng(list(shape)).integers(0, 5, shape).astype(np.uint8)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-def test_dali_nearest_resize_equals_the_cpu_mask_kernel(shape):
+def resize(x, p):
     from nvidia.dali import fn, types
 
-    mask = labels(shape)
-    sizes = [(24, 40), (100, 7), shape, (2 * shape[0] + 1, 3 * shape[1]), (13, 50), (1, 1)]
-    params = [{"h": np.float32(h), "w": np.float32(w)} for h, w in sizes]
-    got = run([mask] * len(sizes), lambda x, p: fn.resize(x, resize_x=p["w"], resize_y=p["h"],
-                                                          interp_type=types.INTERP_NN, antialias=False), params)
+    return fn.resize(x, size=p["size"], roi_start=[0.0, 0.0], roi_end=p["extent"], roi_relative=False,
+                     interp_type=types.INTERP_NN, antialias=False)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=CUDA)])
+@pytest.mark.parametrize("shape", [*SHAPES, (320, 256), (2048, 1536)])
+def test_dali_nearest_resize_equals_the_cpu_mask_kernel(shape, device):
+    """``fn.resize(INTERP_NN)`` with the kernel's ROI (``resize_extent``: the scale on the exact grid where
+    ``nearest_scale`` finds one, else the whole image) gives the kernel's class ids: on the grid from DALI's
+    CPU (a running sum down the rows) and its GPU (a product per pixel) alike."""
+    mask = np.random.default_rng(list(shape)).integers(0, 256, shape).astype(np.uint8)
+    sizes = [(24, 40), (100, 7), shape, (2 * shape[0] + 1, 3 * shape[1] // 2), (13, 50), (1, 1), (224, 224),
+             (3 * shape[0] // 4, shape[1] - 1)]
+    params = [{"size": np.array((h, w), np.float32),
+               "extent": np.array([resize_extent(n, o) for n, o in zip(shape, (h, w))], np.float32)} for h, w in sizes]
+    grid = [all(nearest_scale(n, o) is not None for n, o in zip(shape, (h, w))) for h, w in sizes]
+    assert any(grid) and (max(shape) < 2000 or not all(grid))  # both kinds: on the grid and off it
+    if device == "gpu":  # off the grid DALI's GPU may differ from its CPU on ties: only the grid is claimed
+        sizes, params = [s for s, g in zip(sizes, grid) if g], [p for p, g in zip(params, grid) if g]
+    got = run([mask] * len(sizes), resize, params, device)
     for (h, w), g in zip(sizes, got):
-        assert np.array_equal(g, nearest_resize(mask, h, w)), (shape, (h, w))
+        want = nearest_resize(mask, h, w)
+        assert np.array_equal(g, want), (shape, (h, w), int((g != want).sum()))
+
+
+def test_dali_nearest_resize_without_a_roi_is_the_whole_image_extent():
+    """Off the grid the kernel follows DALI's own scale: a ROI of the whole image is no ROI at all."""
+    from nvidia.dali import fn, types
+
+    rng = np.random.default_rng(9)
+    shapes = [tuple(int(v) for v in rng.integers(1, 1500, 2)) for _ in range(24)]
+    outs = [tuple(int(v) for v in rng.integers(1, 1500, 2)) for _ in range(24)]
+    for shape, out in zip(shapes, outs):
+        mask = labels(shape)
+        p = [{"size": np.array(out, np.float32), "extent": np.array(shape, np.float32)}]
+        plain = run([mask], lambda x, q: fn.resize(x, size=q["size"], interp_type=types.INTERP_NN, antialias=False), p)
+        assert np.array_equal(run([mask], resize, p)[0], plain[0]), (shape, out)
 
 
 def warp(x, p):

@@ -10,8 +10,8 @@ import pytest
 
 from dali_backend import transforms as T
 from dali_backend.transforms import targets
-from dali_backend.transforms.targets import (WARP_TOLERANCE, forward_matrix, grid_matrix, nearest_warp, on_grid,
-                                             warp_matrix)
+from dali_backend.transforms.targets import (WARP_TOLERANCE, forward_matrix, grid_matrix, nearest_resize, nearest_scale,
+                                             nearest_warp, on_grid, resize_extent, warp_matrix)
 
 OPS = [*T.RandomAffine.EXAMPLES, *T.RandomRotation.EXAMPLES,
        "RandomAffine(30, translate=(0.3, 0.3), scale=(0.5, 2.0), shear=20)"]
@@ -114,3 +114,48 @@ def test_the_scratch_maps_are_per_thread_and_not_returned():
     for k in range(3):
         assert all(np.array_equal(g, want[j % len(params)]) for j, g in enumerate(got[k]))
     assert all(w.flags.owndata for w in want)  # its own memory, not a view of the maps
+
+
+@pytest.mark.parametrize("n_in, n_out", [(320, 224), (256, 224), (40, 100), (1, 5), (2048, 224), (61, 16), (7, 300),
+                                         (224, 224), (1000, 333), (4000, 3000), (3000, 1)])
+def test_nearest_scale_is_exact_inside_and_within_the_tolerance_or_none(n_in, n_out):
+    """On the grid every source position ``s (j + 0.5)`` and every running float32 sum of ``s`` is exact,
+    inside the image, and the last sampling point within the tolerance of the true one (in output pixels);
+    else None, and the resize keeps DALI's own float32 scale."""
+    s = nearest_scale(n_in, n_out)
+    extent = resize_extent(n_in, n_out)
+    if s is None:
+        assert extent == n_in and (n_in, n_out) in {(4000, 3000)}
+        return
+    f = np.float32
+    assert f(s) == s and f(extent) == extent == s * n_out and f(extent) / f(n_out) == f(s)  # DALI's division
+    assert 0 < s <= n_in / n_out and (n_in - s * n_out) * n_out / n_in <= WARP_TOLERANCE
+    j = np.arange(n_out)
+    positions = s * (j + 0.5)                                      # float64: exact
+    assert np.array_equal((f(s) * (j + f(0.5)).astype(f)).astype(np.float64), positions)  # float32: the same
+    running = np.cumsum(np.r_[f(0.5) * f(s), np.full(n_out - 1, s, f)], dtype=f)  # DALI CPU's rows
+    assert np.array_equal(running.astype(np.float64), positions)
+    assert positions.max() < n_in
+    rows, cols = source_rows(n_in, n_out), source_columns(n_in, n_out)
+    assert np.array_equal(rows, np.floor(positions)) and np.array_equal(cols, rows)
+
+
+def source_rows(n_in: int, n_out: int) -> np.ndarray:
+    """The source row of each output row of ``nearest_resize`` (on a mask of row numbers)."""
+    return nearest_resize(np.arange(n_in, dtype=np.int32)[:, None], n_out, 1)[:, 0]
+
+
+def source_columns(n_in: int, n_out: int) -> np.ndarray:
+    return nearest_resize(np.arange(n_in, dtype=np.int32)[None, :], 1, n_out)[0]
+
+
+def test_off_the_grid_the_resize_keeps_dali_cpus_arithmetic():
+    """4000 -> 3000 cannot reach the grid within the tolerance: rows by DALI CPU's running sum, columns by
+    its product (they differ on ties), as before the grid."""
+    assert nearest_scale(4000, 3000) is None
+    s = np.float32(4000) / np.float32(3000)
+    cols = np.floor((np.arange(3000, dtype=np.float32) + np.float32(0.5)) * s)
+    assert np.array_equal(source_columns(4000, 3000), np.minimum(cols, 3999))
+    steps = np.full(3000, s, np.float32)
+    steps[0] = np.float32(0.5) * s
+    assert np.array_equal(source_rows(4000, 3000), np.minimum(np.floor(np.cumsum(steps, dtype=np.float32)), 3999))
