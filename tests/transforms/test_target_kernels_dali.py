@@ -57,7 +57,7 @@ def resize(x, p):
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=CUDA)])
-@pytest.mark.parametrize("shape", [*SHAPES, (320, 256), (2048, 1536)])
+@pytest.mark.parametrize("shape", [*SHAPES, (320, 256), (255, 511), (2048, 1536)])
 def test_dali_nearest_resize_equals_the_cpu_mask_kernel(shape, device):
     """``fn.resize(INTERP_NN)`` with the kernel's ROI (``resize_extent``: the scale on the exact grid where
     ``nearest_scale`` finds one, else the whole image) gives the kernel's class ids: on the grid from DALI's

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dali_backend import transforms as T
+from dali_backend.errors import ConfigError
 from dali_backend.transforms import targets
 from dali_backend.transforms.targets import (WARP_TOLERANCE, forward_matrix, grid_matrix, nearest_resize, nearest_scale,
                                              nearest_warp, on_grid, resize_extent, warp_matrix)
@@ -117,7 +118,7 @@ def test_the_scratch_maps_are_per_thread_and_not_returned():
 
 
 @pytest.mark.parametrize("n_in, n_out", [(320, 224), (256, 224), (40, 100), (1, 5), (2048, 224), (61, 16), (7, 300),
-                                         (224, 224), (1000, 333), (4000, 3000), (3000, 1)])
+                                         (224, 224), (1000, 333), (4000, 3000), (3000, 1), (255, 367), (1023, 700)])
 def test_nearest_scale_is_exact_inside_and_within_the_tolerance_or_none(n_in, n_out):
     """On the grid every source position ``s (j + 0.5)`` and every running float32 sum of ``s`` is exact,
     inside the image, and the last sampling point within the tolerance of the true one (in output pixels);
@@ -159,3 +160,10 @@ def test_off_the_grid_the_resize_keeps_dali_cpus_arithmetic():
     steps = np.full(3000, s, np.float32)
     steps[0] = np.float32(0.5) * s
     assert np.array_equal(source_rows(4000, 3000), np.minimum(np.floor(np.cumsum(steps, dtype=np.float32)), 3999))
+
+
+def test_nearest_scale_takes_numpy_integers_and_refuses_fractions():
+    assert nearest_scale(np.uint8(200), np.int16(150)) == nearest_scale(200, 150) is not None  # no overflow
+    assert nearest_scale(0, 5) is None and nearest_scale(5, 0) is None and nearest_scale(2 ** 24, 3) is None
+    with pytest.raises(ConfigError, match="whole numbers"):
+        nearest_scale(320.0, 224)
