@@ -102,8 +102,8 @@ def nearest_scale(n_in: int, n_out: int, tolerance: float | None = None) -> floa
     pixels. None where that moves the last output pixel's sampling point by more than ``tolerance``
     (default :data:`WARP_TOLERANCE`) of an output pixel (``(n_in - s n_out) n_out / n_in``: 0.0068 at
     320 -> 224 and at 2048 -> 224); then the plain scale ``float32(n_in) / float32(n_out)`` is used. No
-    output side up to 362 misses the grid; from 512 most do (with ``n_in`` up to 4096: 11 % of sides of
-    400-512, 50 % of 512-768, 90 % of 1024-2048). Rounded down, the source stays inside (no clamping),
+    output side up to 362 misses the grid; larger ones more and more often (with ``n_in`` up to 4096:
+    11 % of sides of 400-512, 50 % of 512-768, 90 % of 1024-2048). Rounded down, the source stays inside (no clamping),
     and an exact tie (an output centre on the boundary of two source pixels) takes the lower one.
 
     Raises:
@@ -131,35 +131,34 @@ def resize_extent(n_in: int, n_out: int) -> float:
     return float(n_in) if s is None else s * n_out
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=1024)
+def _nearest_sources(n_out: int, n_in: int, axis: str) -> np.ndarray:
+    """The source row (``axis="rows"``) or column of each output one of a nearest resize (read-only, cached
+    per size pair): ``floor(s (j + 0.5))`` on :func:`nearest_scale`'s grid (exact, the same for both axes),
+    else DALI CPU's float32 arithmetic: columns ``floor((j + 0.5f) * s)``, rows by the running sum
+    ``0.5f * s + s + ...``."""
+    grid = nearest_scale(n_in, n_out)
+    if grid is not None:
+        out = np.floor(grid * (np.arange(n_out) + 0.5)).astype(np.intp)
+    else:
+        s = np.float32(n_in) / np.float32(n_out)
+        if axis == "rows":
+            steps = np.full(n_out, s, np.float32)
+            steps[0] = np.float32(0.5) * s
+            exact = np.cumsum(steps, dtype=np.float32)  # sequential, in float32
+        else:
+            exact = (np.arange(n_out, dtype=np.float32) + np.float32(0.5)) * s
+        out = np.minimum(np.floor(exact).astype(np.intp), n_in - 1)
+    out.flags.writeable = False
+    return out
+
+
 def _nearest_columns(n_out: int, n_in: int) -> np.ndarray:
-    """The source column of each output column of a nearest resize (read-only, cached per size pair):
-    ``floor(s (j + 0.5))`` on :func:`nearest_scale`'s grid (exact), else DALI CPU's float32
-    ``floor((j + 0.5f) * s)``."""
-    grid = nearest_scale(n_in, n_out)
-    if grid is not None:
-        out = np.floor(grid * (np.arange(n_out) + 0.5)).astype(np.intp)
-    else:
-        s = np.float32(n_in) / np.float32(n_out)
-        out = np.minimum(np.floor((np.arange(n_out, dtype=np.float32) + np.float32(0.5)) * s).astype(np.intp), n_in - 1)
-    out.flags.writeable = False
-    return out
+    return _nearest_sources(n_out, n_in, "columns")
 
 
-@functools.lru_cache(maxsize=512)
 def _nearest_rows(n_out: int, n_in: int) -> np.ndarray:
-    """The source row of each output row of a nearest resize (read-only, cached per size pair): as
-    :func:`_nearest_columns` on the grid, else DALI CPU's running float32 sum ``0.5f * s + s + ...``."""
-    grid = nearest_scale(n_in, n_out)
-    if grid is not None:
-        out = np.floor(grid * (np.arange(n_out) + 0.5)).astype(np.intp)
-    else:
-        s = np.float32(n_in) / np.float32(n_out)
-        steps = np.full(n_out, s, np.float32)
-        steps[0] = np.float32(0.5) * s
-        out = np.minimum(np.floor(np.cumsum(steps, dtype=np.float32)).astype(np.intp), n_in - 1)  # sequential
-    out.flags.writeable = False
-    return out
+    return _nearest_sources(n_out, n_in, "rows")
 
 
 def nearest_resize(mask: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
