@@ -1,7 +1,8 @@
 """The contenders of ``python -m bench``; each runs in its own process (clean memory figures).
 
 * ``ceiling``: decode + CLAHE alone on all cores, no loader: the compute limit of this pipeline (with
-  ``--bit-depth`` 12 or 16: decode at 16 bits, the ``Window``'s lookup to 8 bits, CLAHE), with OpenCV.
+  ``--bit-depth`` 12 or 16: decode at 16 bits, the ``Window``'s lookup to 8 bits, CLAHE), with OpenCV's decoder
+  and the Clahe operation's kernel (the compiled one where it is built: OpenCV's pixels, faster).
 * ``ceiling-dali``: the same steps with DALI's CPU operators (``decoders.image``, ``lookup_table``,
   ``clahe``) on DALI's threads, files read by ``readers.file``: the limit of a loader that must use them
   (``dali-cpu``; :data:`bench.OWN_CEILINGS`). DALI's PNG decoder and CLAHE cost other CPU than OpenCV's
@@ -63,16 +64,19 @@ def _read_gray(path: str, table: np.ndarray | None) -> np.ndarray:
 
 def _ceiling_work(path: str) -> int:
     clahe, table = _CEILING
-    return int(clahe.apply(_read_gray(path, table))[0, 0])
+    return int(clahe(_read_gray(path, table))[0, 0])
 
 
 _CEILING = None  # a ceiling worker's (CLAHE, the Window's lookup table or None for 8-bit data)
 
 
 def _ceiling_init(bit_depth: int = 8) -> None:
+    """A ceiling worker: the Clahe operation's own kernel (the compiled one where it is built, else OpenCV's)."""
     global _CEILING
+    from dali_backend.transforms.color import clahe_u8
+
     cv2.setNumThreads(0)
-    _CEILING = cv2.createCLAHE(2.0, (8, 8)), None if bit_depth == 8 else window_for(bit_depth).table
+    _CEILING = (lambda img: clahe_u8(img, 2.0, (8, 8))), None if bit_depth == 8 else window_for(bit_depth).table
 
 
 class DaliCeiling:
