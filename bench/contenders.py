@@ -73,10 +73,10 @@ _CEILING = None  # a ceiling worker's (CLAHE, the Window's lookup table or None 
 def _ceiling_init(bit_depth: int = 8) -> None:
     """A ceiling worker: the Clahe operation's own kernel (the compiled one where it is built, else OpenCV's)."""
     global _CEILING
-    from dali_backend.transforms.color import clahe_u8
+    from dali_backend.transforms.color import clahe_plane
 
     cv2.setNumThreads(0)
-    _CEILING = (lambda img: clahe_u8(img, 2.0, (8, 8))), None if bit_depth == 8 else window_for(bit_depth).table
+    _CEILING = (lambda img: clahe_plane(img, 2.0, (8, 8))), None if bit_depth == 8 else window_for(bit_depth).table
 
 
 class DaliCeiling:

@@ -1,6 +1,6 @@
 """The compiled CLAHE kernel (``dali_backend/transforms/_clahe.c``) gives OpenCV's pixels, bit for bit.
 
-The Clahe operation's CPU kernel for uint8 (``color.clahe_u8``) is the extension where it was built and
+The Clahe operation's CPU kernel for uint8 (``color.clahe_plane``) is the extension where it was built and
 ``cv2.createCLAHE(...).apply`` otherwise; both backends' equality rests on the two being the same. Checked
 here on random sizes (the padded-tile rule, the AVX2 blocks of 8 and their scalar tails), tile grids up to
 64, clip limits from below one pixel per bin to none in effect, flat, two-valued, noisy and smooth images,
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from dali_backend.transforms import color
-from dali_backend.transforms.color import Clahe, clahe_u8, cv_clahe
+from dali_backend.transforms.color import Clahe, clahe_plane, cv_clahe
 
 native = pytest.mark.skipif(color.NATIVE_CLAHE is None, reason="the CLAHE extension is not built here (no C "
                             "compiler at install time, or DALI_BACKEND_OPENCV_CLAHE=1): Clahe uses OpenCV itself")
@@ -70,7 +70,7 @@ def test_equals_opencv_at_preset_sizes(hw):
     rng = np.random.default_rng(list(hw))
     for kind in range(5):
         img = image(rng, *hw, kind)
-        assert np.array_equal(clahe_u8(img, 2.0, (8, 8)), cv_clahe(2.0, (8, 8)).apply(img)), kind
+        assert np.array_equal(clahe_plane(img, 2.0, (8, 8)), cv_clahe(2.0, (8, 8)).apply(img)), kind
 
 
 @native
@@ -78,7 +78,7 @@ def test_strided_views():
     rng = np.random.default_rng(3)
     big = image(rng, 300, 400, 4)
     for view in (big[::2], big[10:200, 7:301], big[:, ::3], big[::-1], big[:, ::-1]):
-        assert np.array_equal(clahe_u8(view, 2.0, (8, 8)), cv_clahe(2.0, (8, 8)).apply(np.ascontiguousarray(view)))
+        assert np.array_equal(clahe_plane(view, 2.0, (8, 8)), cv_clahe(2.0, (8, 8)).apply(np.ascontiguousarray(view)))
 
 
 @native
@@ -91,7 +91,7 @@ def test_threads_share_nothing():
     def run(k0):
         for _ in range(5):
             for k in range(k0, len(imgs), 4):
-                got[k] = clahe_u8(imgs[k], 2.0, (8, 8))
+                got[k] = clahe_plane(imgs[k], 2.0, (8, 8))
 
     threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
     [t.start() for t in threads]
