@@ -89,7 +89,7 @@ def test_the_dali_ceiling_is_the_same_work_on_dalis_operators(tmp_path, bits):
             corners = np.concatenate([x.numpy().reshape(-1) for x, _ in got])
             assert len(corners) == len(index) == sum(len(y) for _, y in got)  # every image once, from the first
             contenders._ceiling_init(bits)
-            want = [int(contenders._CEILING[0].apply(contenders._read_gray(index.abspath(i), contenders._CEILING[1]))[0, 0])
+            want = [int(contenders._CEILING[0](contenders._read_gray(index.abspath(i), contenders._CEILING[1]))[0, 0])
                     for i in range(len(index))]
             assert corners.tolist() == want, epoch
     finally:
