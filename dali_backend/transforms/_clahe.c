@@ -24,6 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__i386__) && !defined(__SSE2_MATH__)
+#error "x87 float arithmetic (extended precision) would not give OpenCV's float32 blend: build with -msse2 -mfpmath=sse, or go without the extension (OpenCV is used)"
+#endif
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CLAHE_X86 1
@@ -111,7 +114,7 @@ static void tile_tables(const uint8_t *src, Py_ssize_t stride, int w, int h, int
                         hist[i]++;
                 }
             }
-            uint8_t *table = lut + (ty * tiles_x + tx) * 256;
+            uint8_t *table = lut + ((size_t)ty * tiles_x + tx) * 256; /* past 2^23 tiles an int overflows */
             int sum = 0;
             for (int i = 0; i < 256; ++i) {
                 sum += hist[i];
@@ -164,7 +167,10 @@ static int clahe_u8(const uint8_t *src, Py_ssize_t sstride, uint8_t *dst, Py_ssi
     float lut_scale = 255.0f / (float)area;
     int clip = 0;
     if (clip_limit > 0.0) {
-        clip = (int)(clip_limit * area / 256);
+        double limit = clip_limit * area / 256;
+        /* OpenCV's static_cast<int> of a value past INT_MAX (a huge or infinite clip_limit) gives INT_MIN on
+           x86, so its max(clip, 1) is 1: the same here, without the undefined conversion */
+        clip = limit < 2147483648.0 ? (int)limit : 1;
         if (clip < 1)
             clip = 1;
     }
@@ -241,6 +247,19 @@ static int image_of(Py_buffer *b, const char *what, Py_ssize_t *rows, Py_ssize_t
     return 0;
 }
 
+/* Whether two 2-D buffers' bytes (rows of shape[1] bytes, any row stride) can share memory. */
+static int overlap(const Py_buffer *a, const Py_buffer *b)
+{
+    const char *lo[2], *hi[2];
+    const Py_buffer *both[2] = {a, b};
+    for (int k = 0; k < 2; ++k) {
+        Py_ssize_t span = (both[k]->shape[0] - 1) * both[k]->strides[0];
+        lo[k] = (const char *)both[k]->buf + (span < 0 ? span : 0);
+        hi[k] = (const char *)both[k]->buf + (span > 0 ? span : 0) + both[k]->shape[1];
+    }
+    return lo[0] < hi[1] && lo[1] < hi[0];
+}
+
 static PyObject *py_clahe_u8(PyObject *self, PyObject *args)
 {
     PyObject *src_obj, *dst_obj;
@@ -269,6 +288,11 @@ static PyObject *py_clahe_u8(PyObject *self, PyObject *args)
                      dcols, rows, cols);
         goto done;
     }
+    if (overlap(&src, &dst) && !(src.buf == dst.buf && sstride == dstride)) {
+        PyErr_SetString(PyExc_ValueError, "clahe_u8: dst overlaps src without being the same view; pass a separate "
+                                          "dst (or src itself: in place is allowed)");
+        goto done;
+    }
     if (tiles_x < 1 || tiles_y < 1 || tiles_x > 4096 || tiles_y > 4096 || rows < 1 || cols < 1 || rows > INT32_MAX / 2
         || cols > INT32_MAX / 2) {
         PyErr_Format(PyExc_ValueError, "clahe_u8: tiles (%d, %d) or size %zdx%zd out of range", tiles_x, tiles_y,
@@ -294,7 +318,8 @@ done:
 static PyMethodDef methods[] = {
     {"clahe_u8", py_clahe_u8, METH_VARARGS,
      "clahe_u8(src, dst, tiles_x, tiles_y, clip_limit, simd=True): OpenCV's CLAHE of the 2-D uint8 array src "
-     "into dst (same size, contiguous columns), bit for bit; releases the GIL. simd=False: the scalar blend "
+     "into dst (same size, contiguous columns; dst may be src itself, not a view overlapping it otherwise), "
+     "bit for bit; releases the GIL. simd=False: the scalar blend "
      "only (the same pixels; for tests)."},
     {NULL, NULL, 0, NULL}};
 

@@ -240,7 +240,7 @@ def _load_native():
     an A/B of the two)."""
     import os
 
-    if os.environ.get("DALI_BACKEND_OPENCV_CLAHE", "") not in ("", "0"):
+    if os.environ.get("DALI_BACKEND_OPENCV_CLAHE", "").strip().lower() not in ("", "0", "false", "no", "off"):
         return None
     try:
         from . import _clahe
@@ -250,6 +250,7 @@ def _load_native():
 
 
 NATIVE_CLAHE = _load_native()
+NATIVE_MAX_TILES = 64 * 64  # the Clahe operation's largest grid; a larger one (clahe_plane called directly) goes to OpenCV
 """``dali_backend.transforms._clahe`` when it is built and not switched off, else None."""
 
 
@@ -259,7 +260,9 @@ def clahe_plane(img: np.ndarray, clip_limit: float, tiles: tuple[int, int]) -> n
     0.6 of OpenCV's single-threaded time: OpenCV's algorithm and its float32 blend in its order, four
     partial histograms per tile, AVX2 gathers where the CPU has them); uint16, and every plane where it is
     not built, through OpenCV (:func:`cv_clahe`)."""
-    if NATIVE_CLAHE is not None and img.dtype == np.uint8 and img.ndim == 2 and img.size:
+    tiles = (int(tiles[0]), int(tiles[1]))
+    if (NATIVE_CLAHE is not None and img.dtype == np.uint8 and img.ndim == 2 and 0 < img.size < 2**31
+            and tiles[0] * tiles[1] <= NATIVE_MAX_TILES):
         out = np.empty(img.shape, np.uint8)
         NATIVE_CLAHE.clahe_u8(img if img.strides[1] == 1 else np.ascontiguousarray(img), out, tiles[0], tiles[1],
                               float(clip_limit))
@@ -283,7 +286,9 @@ def cv_clahe(clip_limit: float, tiles: tuple[int, int]):
 
 @dataclass(frozen=True, repr=False)
 class Clahe(Transform):
-    """Contrast-limited adaptive histogram equalisation (OpenCV's and DALI's CLAHE), per channel."""
+    """Contrast-limited adaptive histogram equalisation (OpenCV's and DALI's CLAHE), per channel. On the
+    CPU: :func:`clahe_plane` per channel (the compiled kernel for uint8 where it is built, OpenCV's
+    pixels); in the DALI graph: ``fn.clahe`` (see :mod:`.clahe_graph`)."""
 
     EXAMPLES = ("Clahe()", "Clahe(3.0, (4, 6))")
     TOLERANCE = 0

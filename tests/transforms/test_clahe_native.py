@@ -137,3 +137,47 @@ def test_switch_off_by_environment(monkeypatch):
     assert color._load_native() is None
     monkeypatch.setenv("DALI_BACKEND_OPENCV_CLAHE", "0")
     assert (color._load_native() is None) == (color.NATIVE_CLAHE is None)
+
+
+@native
+def test_in_place_and_overlap():
+    """dst may be src itself (every tile's table is made before any pixel is written); a dst overlapping
+    src otherwise would read pixels already written, so it is refused."""
+    img = image(np.random.default_rng(2), 120, 90, 4)
+    want = cv_clahe(2.0, (8, 8)).apply(img)
+    same = img.copy()
+    color.NATIVE_CLAHE.clahe_u8(same, same, 8, 8, 2.0)
+    assert np.array_equal(same, want)
+    big = np.zeros((121, 90), np.uint8)
+    big[:120] = img
+    for src, dst in ((big[:120], big[1:]), (same, same[::-1]), (big[:120, :89], big[:120, 1:])):
+        with pytest.raises(ValueError, match="overlaps src"):
+            color.NATIVE_CLAHE.clahe_u8(src, dst, 8, 8, 2.0)
+
+
+@native
+def test_clip_limits_past_int():
+    """A clip limit whose pixel count passes INT_MAX (OpenCV's cast gives INT_MIN there, so a clip of 1):
+    OpenCV's pixels, without the undefined conversion. (Grids past 2**23 tiles, whose table offsets pass
+    an int, were checked once against OpenCV by hand: each needs a table of more than 2 GB.)"""
+    img = image(np.random.default_rng(4), 64, 80, 4)
+    for clip in (1e10, 1e30, float("inf")):
+        color.NATIVE_CLAHE.clahe_u8(img, out := np.empty_like(img), 8, 8, clip)
+        assert np.array_equal(out, cv2.createCLAHE(clip, (8, 8)).apply(img)), clip
+
+
+def test_wrapper_takes_what_opencv_takes():
+    """clahe_plane: tiles as any pair of integers for every dtype; a grid past the operation's 64 x 64 goes
+    to OpenCV rather than being refused."""
+    rng = np.random.default_rng(6)
+    deep = rng.integers(0, 65536, (20, 30), dtype=np.uint16)
+    assert np.array_equal(clahe_plane(deep, 2.0, [4, 4]), cv2.createCLAHE(2.0, (4, 4)).apply(deep))
+    small = image(rng, 10, 10, 0)
+    assert np.array_equal(clahe_plane(small, 2.0, np.array([5000, 1])), cv2.createCLAHE(2.0, (5000, 1)).apply(small))
+
+
+@pytest.mark.parametrize("value, off", [("1", True), ("yes", True), ("0", False), ("false", False), (" Off ", False),
+                                        ("", False)])
+def test_switch_values(monkeypatch, value, off):
+    monkeypatch.setenv("DALI_BACKEND_OPENCV_CLAHE", value)
+    assert (color._load_native() is None) == (off or color.NATIVE_CLAHE is None)
