@@ -250,8 +250,10 @@ def _load_native():
 
 
 NATIVE_CLAHE = _load_native()
-NATIVE_MAX_TILES = 64 * 64  # the Clahe operation's largest grid; a larger one (clahe_plane called directly) goes to OpenCV
 """``dali_backend.transforms._clahe`` when it is built and not switched off, else None."""
+
+NATIVE_MAX_TILES = 64 * 64
+"""The Clahe operation's largest grid; :func:`clahe_plane` sends a larger one to OpenCV."""
 
 
 def clahe_plane(img: np.ndarray, clip_limit: float, tiles: tuple[int, int]) -> np.ndarray:
