@@ -14,7 +14,8 @@
  *     (top * (1 - ya) + bottom * ya, each (left * (1 - xa) + right * xa)), rounded the same way.
  *
  * What differs is speed only: four partial histograms per tile (no store-to-load chain on runs of one
- * value) and, where the CPU has AVX2, the blend eight pixels at a time with gathers. Every float32 step
+ * value) and, where the CPU has AVX2, the blend eight pixels at a time, each pixel's left and right
+ * tile values in one gather from a table of pairs (two gathers per 8 pixels). Every float32 step
  * is the same IEEE operation in the same order on either path; the file is compiled without FMA
  * contraction (-ffp-contract=off, setup.py) so that no step is fused. The GIL is released while it runs.
  */
@@ -125,22 +126,25 @@ static void tile_tables(const uint8_t *src, Py_ssize_t stride, int w, int h, int
 }
 
 #ifdef CLAHE_X86
-__attribute__((target("avx2"))) static int blend_row_avx2(const uint8_t *s, uint8_t *d, int w, const int *ind1,
-                                                           const int *ind2, const float *xa, const float *xa1,
-                                                           const uint8_t *top, const uint8_t *bottom, float ya,
-                                                           float ya1)
+/* The blend, 8 pixels at a time: each pixel's two horizontal neighbours come in one gather from a table of
+   pairs (low byte the left tile's value, high byte the right tile's, borders clamped as OpenCV clamps), so
+   a block of 8 takes two gathers, one per tile row. The float32 steps are the scalar loop's, in its order. */
+__attribute__((target("avx2"))) static int blend_row_avx2(const uint8_t *s, uint8_t *d, int w, const int *pair,
+                                                           const float *xa, const float *xa1, const uint16_t *top,
+                                                           const uint16_t *bottom, float ya, float ya1)
 {
     const __m256i low_byte = _mm256_set1_epi32(0xFF);
     const __m256 vya = _mm256_set1_ps(ya), vya1 = _mm256_set1_ps(ya1);
     int x = 0;
     for (; x + 8 <= w; x += 8) {
         __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s + x)));
-        __m256i i1 = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(ind1 + x)), v);
-        __m256i i2 = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(ind2 + x)), v);
-        __m256 a = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_i32gather_epi32((const int *)top, i1, 1), low_byte));
-        __m256 b = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_i32gather_epi32((const int *)top, i2, 1), low_byte));
-        __m256 c = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_i32gather_epi32((const int *)bottom, i1, 1), low_byte));
-        __m256 e = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_i32gather_epi32((const int *)bottom, i2, 1), low_byte));
+        __m256i i = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(pair + x)), v);
+        __m256i gt = _mm256_i32gather_epi32((const int *)top, i, 2);
+        __m256i gb = _mm256_i32gather_epi32((const int *)bottom, i, 2);
+        __m256 a = _mm256_cvtepi32_ps(_mm256_and_si256(gt, low_byte));
+        __m256 b = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(gt, 8), low_byte));
+        __m256 c = _mm256_cvtepi32_ps(_mm256_and_si256(gb, low_byte));
+        __m256 e = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(gb, 8), low_byte));
         __m256 wl = _mm256_loadu_ps(xa1 + x), wr = _mm256_loadu_ps(xa + x);
         __m256 upper = _mm256_add_ps(_mm256_mul_ps(a, wl), _mm256_mul_ps(b, wr));
         __m256 lower = _mm256_add_ps(_mm256_mul_ps(c, wl), _mm256_mul_ps(e, wr));
@@ -184,6 +188,29 @@ static int clahe_u8(const uint8_t *src, Py_ssize_t sstride, uint8_t *dst, Py_ssi
         return -1;
     }
     tile_tables(src, sstride, w, h, tiles_x, tiles_y, tw, th, clip, lut_scale, lut, colmap);
+#ifdef CLAHE_X86
+    int avx2 = simd && __builtin_cpu_supports("avx2");
+    /* pairs[ty][j][v] = (table[ty][max(j - 1, 0)][v], table[ty][min(j, tiles_x - 1)][v]) for j = 0 .. tiles_x */
+    size_t row_pairs = (size_t)(tiles_x + 1) * 256;
+    uint16_t *pairs = avx2 ? (uint16_t *)malloc(sizeof(uint16_t) * (row_pairs * tiles_y + 2)) : NULL;
+    int *pair = avx2 ? (int *)malloc(sizeof(int) * (size_t)w) : NULL;
+    if (avx2 && (!pairs || !pair)) {
+        free(pairs), free(pair), free(lut), free(colmap), free(ind1), free(xa);
+        return -1;
+    }
+    if (avx2) {
+        for (int ty = 0; ty < tiles_y; ++ty) {
+            for (int j = 0; j <= tiles_x; ++j) {
+                const uint8_t *left = lut + ((size_t)ty * tiles_x + (j > 0 ? j - 1 : 0)) * 256;
+                const uint8_t *right = lut + ((size_t)ty * tiles_x + (j < tiles_x ? j : tiles_x - 1)) * 256;
+                uint16_t *p = pairs + ty * row_pairs + (size_t)j * 256;
+                for (int v = 0; v < 256; ++v)
+                    p[v] = (uint16_t)(left[v] | (right[v] << 8));
+            }
+        }
+        pairs[row_pairs * tiles_y] = pairs[row_pairs * tiles_y + 1] = 0; /* the last gather reads 2 bytes past */
+    }
+#endif
 
     int *ind2 = ind1 + w;
     float *xa1 = xa + w;
@@ -193,6 +220,10 @@ static int clahe_u8(const uint8_t *src, Py_ssize_t sstride, uint8_t *dst, Py_ssi
         int tx1 = (int)__builtin_floorf(txf), tx2 = tx1 + 1;
         xa[x] = txf - tx1;
         xa1[x] = 1.0f - xa[x];
+#ifdef CLAHE_X86
+        if (pair)
+            pair[x] = (tx1 + 1) * 256;
+#endif
         if (tx1 < 0)
             tx1 = 0;
         if (tx2 > tiles_x - 1)
@@ -200,9 +231,6 @@ static int clahe_u8(const uint8_t *src, Py_ssize_t sstride, uint8_t *dst, Py_ssi
         ind1[x] = tx1 * 256;
         ind2[x] = tx2 * 256;
     }
-#ifdef CLAHE_X86
-    int avx2 = simd && __builtin_cpu_supports("avx2");
-#endif
     for (int y = 0; y < h; ++y) {
         const uint8_t *s = src + y * sstride;
         uint8_t *d = dst + y * dstride;
@@ -217,7 +245,7 @@ static int clahe_u8(const uint8_t *src, Py_ssize_t sstride, uint8_t *dst, Py_ssi
         int x = 0;
 #ifdef CLAHE_X86
         if (avx2)
-            x = blend_row_avx2(s, d, w, ind1, ind2, xa, xa1, top, bottom, ya, ya1);
+            x = blend_row_avx2(s, d, w, pair, xa, xa1, pairs + ty1 * row_pairs, pairs + ty2 * row_pairs, ya, ya1);
 #endif
         for (; x < w; ++x) {
             int v = s[x];
@@ -226,6 +254,9 @@ static int clahe_u8(const uint8_t *src, Py_ssize_t sstride, uint8_t *dst, Py_ssi
             d[x] = saturate_u8(r);
         }
     }
+#ifdef CLAHE_X86
+    free(pairs), free(pair);
+#endif
     free(lut), free(colmap), free(ind1), free(xa);
     return 0;
 }
