@@ -106,9 +106,7 @@ class DaliExecutor:
             refused = []
             for served, data in self._served(candidates):
                 if served not in reader.refused and registry.opencv_decode(data, colour) is None:
-                    fmt = registry.sniff(data[:16])
-                    name = fmt.name.upper() if fmt is not None else "image"
-                    reader.refused[served] = f"the {name} decoder refused it ({detail or f'corrupt {name} data'})"
+                    reader.refused[served] = registry.decoder_refusal(data, detail)
                     refused.append(reader.path(served))
             if refused:
                 log.warning("DaliLoader: DALI's decoder refused %s; on_error=%r applies to it from now on, and the "

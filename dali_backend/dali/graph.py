@@ -36,7 +36,7 @@ def import_dali():
 def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, device: Literal["cpu", "gpu"],
                    device_id: int | None, num_threads: int, py_num_workers: int, py_start_method: str = "fork",
                    prefetch_queue_depth: int = 2, hw_decoder_load: float = 0.65, seed: int = 0, masks: bool = False,
-                   fill_mask: int = 0):
+                   fill_mask: int = 0, reader_ops: int = 0):
     """Build (not yet run) the pipeline for ``spec``; outputs ``(images uint8 [B, C, H, W], labels, slots)``,
     and each image's ``[H, W, C]`` before padding when the spec pads variable-size batches (``pad_batch``).
 
@@ -45,13 +45,19 @@ def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, de
     its own parameters by name. ``masks``: the source also sends each draw's mask and its steps'
     arrays (:mod:`.targetgraph`), and the graph outputs the moved masks ``[B, 1, H, W]`` last, ``fill_mask``
     where they are padded or warped in from outside. When the first operation that changes pixels is a crop whose window
-    lies inside the image (``spec.region_crop``), only that window is decoded.
+    lies inside the image (``spec.region_crop``), only that window is decoded. ``reader_ops``
+    (:func:`~dali_backend.dali.wire.reader_ops`, CPU operators only): the source sends each draw decoded
+    and through the spec's first ``reader_ops`` operations (``[H, W, C]`` uint8), and the graph starts
+    after them, with no decoder.
     """
     dali = import_dali()
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import do_not_convert
 
     gpu = device == "gpu"
+    if reader_ops and (gpu or spec.region_crop is not None or spec.bit_depth != 8):
+        raise ValueError(f"build_pipeline: reader_ops={reader_ops} on a GPU graph, a region decode or a 16-bit spec; "
+                         "this is a bug in dali_backend, please report it")
     wire = spec.wire
     wire_types = {"float32": types.FLOAT, "int32": types.INT32}
     ops = spec.transforms
@@ -74,6 +80,11 @@ def build_pipeline(spec: AugmentSpec, source: DrawSource, batch_size: int, *, de
         params: list[dict] = [{} for _ in ops]
         for (k, p), node in zip(wire, values):  # equal lengths: num_outputs=3 + len(wire)
             params[k][p.name] = node
+        if reader_ops:  # decoded, through the first reader_ops operations, by the readers (wire.reader_ops)
+            images = fn.reshape(jpegs, layout="HWC")
+            shape = images.shape(dtype=types.INT32)
+            ctx = GraphContext(gpu=False, channels=spec.channels, hw=(shape[0], shape[1]), bits=8)
+            return images, labels, slots, params, mask_values, ctx, reader_ops
         # each registered format's decoder settings (JPEG: fancy upsampling on nvJPEG, as libjpeg-turbo)
         decode_args = {"hw_decoder_load": hw_decoder_load, **registry.dali_decoder_args(True)} if gpu \
             else registry.dali_decoder_args(False)

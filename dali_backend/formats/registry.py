@@ -297,6 +297,14 @@ def opencv_decode(data: Any, colour: str) -> Any:
     return out if out is None or colour == "gray" else cv2.cvtColor(out, cv2.COLOR_BGR2RGB)
 
 
+def decoder_refusal(data: Any, detail: str | None = None) -> str:
+    """The reason recorded for bytes ``data`` a decoder refused: "the JPEG decoder refused it (corrupt JPEG
+    data)", its format named by the bytes' signature, ``detail`` (the decoder's words) in the brackets."""
+    fmt = sniff(bytes(data[:16]))
+    name = fmt.name.upper() if fmt is not None else "image"
+    return f"the {name} decoder refused it ({detail or f'corrupt {name} data'})"
+
+
 def opencv_decoding_16(data: bytes | memoryview) -> Callable[..., Any] | None:
     """The fallback's 16-bit decoder of ``data``'s format when it has its own (``Decoding.opencv_16``), else None."""
     fmt = sniff(data)

@@ -75,7 +75,8 @@ HOW = {"torch": {"read": "wall time per image in the DataLoader workers", "decod
        "threads": {"read": "wall time per image in the executor's threads (of the training process)",
                    "decode": "same", "augment": "same", "normalize": "wall time in the training process"},
        "dali": {"read": "wall time per image in DALI's Python reader workers",
-                "decode+augment": "CPU time of DALI's operator threads (/proc) per image yielded",
+                "decode+augment": "CPU time of DALI's operator threads (/proc) per image yielded, and of its "
+                                  "reader workers' decoding and operations where they run some (CPU graphs)",
                 "normalize": "wall time in the training process"}}
 
 
@@ -202,7 +203,8 @@ class LoaderTelemetry:
         stage_s = dict(self._stage_s)
         engine = self._engine_cpu()
         if engine is not None and self._engine_cpu0 is not None:
-            stage_s["decode+augment"] = self._engine_used + engine - self._engine_cpu0
+            # DALI's operator threads, and its reader workers' decoding and operations where they run some
+            stage_s["decode+augment"] = stage_s.get("decode+augment", 0.0) + self._engine_used + engine - self._engine_cpu0
         for name in STAGES:
             value = stage_s.get(name)
             out[f"stage_ms.{name}"] = 1e3 * value / self._stage_images if value is not None and self._stage_images \

@@ -238,7 +238,8 @@ class Transform:
     a ``from_torchvision`` classmethod), ``TOLERANCE`` / ``GPU_TOLERANCE`` (the largest difference its
     two backends may show on DALI's CPU / GPU operators), ``DEPTHS`` (the bits per value it takes:
     ``(8, 16)`` where it runs on uint16 images too and may run before a ``Window``), ``TOLERANCE16``
-    (its bound on uint16 images, in 16-bit levels).
+    (its bound on uint16 images, in 16-bit levels), ``SAME_KERNEL_ON_CPU`` (its CPU kernel is DALI's CPU
+    operator's code: a CPU graph's readers may run it).
 
     Targets: the image kernel is :meth:`apply`; a kernel for another input kind (``"mask"``, ...) is
     registered beside it with :func:`register_kernel` and found with :meth:`kernel_for`, as torchvision
@@ -268,6 +269,11 @@ class Transform:
     # show against the fallback (bench.equivalence --bit-depth 16, docs/guides/16bit.md); None: as TOLERANCE
     # (0 for the operations that only move values).
     TOLERANCE16: ClassVar[int | None] = None
+    # Its CPU kernel (:meth:`apply`) gives the pixels of its fragment on DALI's CPU operators for every
+    # 8-bit input, not only on the EXAMPLES (the same code: Clahe's fn.clahe runs OpenCV's CLAHE, which
+    # the kernel reproduces bit for bit). A graph on CPU operators then runs it in its reader workers,
+    # with the decode, where it leads the spec (:func:`dali_backend.dali.wire.reader_ops`).
+    SAME_KERNEL_ON_CPU: ClassVar[bool] = False
 
     @classmethod
     def tolerance16(cls) -> int | None:

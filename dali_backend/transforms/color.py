@@ -295,6 +295,7 @@ class Clahe(Transform):
 
     EXAMPLES = ("Clahe()", "Clahe(3.0, (4, 6))")
     TOLERANCE = 0
+    SAME_KERNEL_ON_CPU = True  # DALI's CPU fn.clahe is OpenCV's CLAHE, which clahe_plane reproduces
 
     clip_limit: float = 2.0
     tiles: tuple[int, int] = (8, 8)  # (tiles_x, tiles_y)

@@ -83,6 +83,7 @@ def test_the_gpu_graphs_branching_runs_on_cpu_operators(monkeypatch, odd_root):
     within the end-to-end bound, as with CPU operators' plain CLAHE."""
     from bench.equivalence import compare_end_to_end, over_bound
     from dali_backend import SampleIndex, WeightedSampler
+    from dali_backend.dali.wire import GRAPH_DECODE_ENV
     from dali_backend.transforms import clahe_graph
     from fallback import ImageDataset
 
@@ -95,6 +96,7 @@ def test_the_gpu_graphs_branching_runs_on_cpu_operators(monkeypatch, odd_root):
 
     monkeypatch.setattr(clahe_graph, "clahe_like_opencv", portable)
     monkeypatch.setattr(T.Clahe, "branches", lambda self, gpu: True)
+    monkeypatch.setenv(GRAPH_DECODE_ENV, "1")  # the GPU graph's head: DALI decodes, fn.clahe in the graph
     index = SampleIndex.from_folder(odd_root, progress=False)
     ds = ImageDataset(index, AugmentSpec(size=(31, 17), rotate_deg=10, brightness=0.2, contrast=0.2), seed=1)
     stats = compare_end_to_end(ds, WeightedSampler(index, num_samples=24, seed=0), device="cpu")

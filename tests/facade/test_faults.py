@@ -20,6 +20,7 @@ import torch
 
 from tests.helpers import KINDS, jpeg_bytes, write
 from dali_backend import AugmentSpec, BadImageError, ConfigError, DaliLoader, SampleIndex, WeightedSampler
+from dali_backend.dali.wire import GRAPH_DECODE_ENV
 from dali_backend.errors import LoaderClosedError, StaleIteratorError
 from fallback import ImageDataset
 from tests.helpers.levels import PRESET_MAX_LEVELS, assert_within_tolerance
@@ -137,8 +138,21 @@ def huffman_root(small_root):
     return small_root
 
 
+@pytest.fixture(params=["readers", "graph"])
+def dali_decodes(request, monkeypatch):
+    """Both heads of a CPU graph: the readers decode (and run CLAHE), or DALI's decoder does (the GPU
+    graph's head, and the loader's recovery when DALI's decoder refuses a file: executor.py)."""
+    if request.param == "graph":
+        monkeypatch.setenv(GRAPH_DECODE_ENV, "1")
+    else:
+        monkeypatch.delenv(GRAPH_DECODE_ENV, raising=False)
+    return request.param
+
+
 @pytest.mark.parametrize("kind", KINDS)
-def test_decoder_rejected_file_raises_at_its_batch_with_all_fields(huffman_root, kind):
+def test_decoder_rejected_file_raises_at_its_batch_with_all_fields(huffman_root, kind, dali_decodes):
+    if kind != "dali-cpu" and dali_decodes == "graph":
+        pytest.skip("the graph's decoder is a DALI setting")
     loader = make(kind, huffman_root)  # sequential: the bad file is sample 11, in batch 2 (0-based)
     assert loader.dataset.index.paths[11] == "c1/3.jpg"
     for epoch in range(2):  # and again next epoch: the loader stays usable
@@ -155,7 +169,7 @@ def test_decoder_rejected_file_raises_at_its_batch_with_all_fields(huffman_root,
     loader.close()
 
 
-def test_decoder_rejected_file_is_skipped_identically_on_both_backends(huffman_root):
+def test_decoder_rejected_file_is_skipped_identically_on_both_backends(huffman_root, dali_decodes):
     out = {}
     for kind in KINDS:
         loader = make(kind, huffman_root, on_error="skip", sampler=WeightedSampler(

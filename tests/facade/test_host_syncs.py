@@ -106,7 +106,7 @@ def runner_on(device: torch.device, labels: np.ndarray):
     runner = object.__new__(DaliRunner)
     index = SimpleNamespace(labels=labels)
     runner.__dict__.update(samples=SimpleNamespace(index=index, spec=SimpleNamespace(pad_batch=None)),
-                           with_params=False, clip_len=None, device=device, _queue=deque())
+                           with_params=False, clip_len=None, device=device, _queue=deque(), reader_ops=0)
     return runner
 
 
@@ -117,7 +117,7 @@ def runner_batch(runner, n: int, padded: int):
     expected = np.zeros((n, 5), np.int64)
     expected[:, 0] = expected[:, 1] = np.arange(n)
     expected[n - padded:, 4] = Kind.PAD
-    returned = np.stack([np.arange(n), np.zeros(n, np.int64)], axis=1)
+    returned = np.stack([np.arange(n), np.zeros(n, np.int64), np.zeros(n, np.int64)], axis=1)  # served, read, work
     out = {"images": torch.empty(n, 3, 8, 8, dtype=torch.uint8, device=runner.device),
            "labels": torch.from_numpy(runner.samples.index.labels[:n].copy()).view(n, 1)}  # a CPU output of DALI
     return runner._batch(expected, out, returned)

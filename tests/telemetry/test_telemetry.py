@@ -100,6 +100,28 @@ def test_slow_decoding_is_blamed_on_decoding(index, monkeypatch):
     assert "decoding JPEGs" in report
 
 
+def test_the_dali_readers_decoding_is_counted_as_decoding_not_reading(index, monkeypatch):
+    """A CPU graph's readers decode and run CLAHE (dali.wire.reader_ops): their CPU time is the
+    decode+augment stage, with DALI's threads', and never the reading's."""
+    pytest.importorskip("nvidia.dali")
+    from dali_backend.dali import wire
+
+    monkeypatch.delenv(wire.GRAPH_DECODE_ENV, raising=False)
+    decode = wire.opencv_decode
+
+    def slow(data, colour):
+        end = time.thread_time() + 0.01  # CPU, as a decoder spends it
+        while time.thread_time() < end:
+            pass
+        return decode(data, colour)
+
+    monkeypatch.setattr(wire, "opencv_decode", slow)  # before the loader forks its readers: they inherit it
+    with _loader(index, "dali-cpu") as loader:
+        _train(loader, 0.0)
+        m = loader.metrics()
+    assert m["stage_ms.decode+augment"] >= 9.0 and m["stage_ms.read"] < 5.0, m
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_metrics_have_the_documented_names_and_are_json(index, kind):
     with _loader(index, kind) as loader:
