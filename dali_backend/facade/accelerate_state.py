@@ -96,6 +96,7 @@ def begin(loader, epoch: int, offset: int, weighted: bool) -> object | None:
             f"{loader.batch_size}), so gather_for_metrics cannot cut them off and counts those samples twice: "
             "drop the rows where meta['padding'] is True (return_meta=True) before gathering, or choose num_samples "
             "or a batch size that leaves at most one padding draw or one draw per last batch", stacklevel=4)
+    leave(loader, state)  # an older pass of this loader, left suspended (an iterator kept after a break), is over
     state._add_dataloader(loader)
     return state
 
@@ -117,8 +118,18 @@ def refuse_skip_first_batches(caller) -> None:
             "loader.load_state_dict(state)); the next pass starts exactly where the saved one stopped")
 
 
-def end(loader, state) -> None:
-    """Leave the gradient state :func:`begin` joined."""
-    if state is not None:
+def end(loader, state, current: bool) -> None:
+    """Leave the gradient state :func:`begin` joined, when the pass ending is the loader's ``current`` one: a
+    stale pass (a newer one began; its iterator closed or collected later) leaves the newer pass's place."""
+    if current:
+        leave(loader, state)
+        loader.end_of_dataloader = False
+
+
+def leave(loader, state=None) -> None:
+    """Take ``loader`` out of Accelerate's gradient state (``state``, else the process's if there is one),
+    every place it holds there; the loaders iterated around it (an evaluation pass inside a training pass)
+    keep theirs."""
+    state = gradient_state() if state is None else state
+    if state is not None and loader in (getattr(state, "dataloader_references", None) or ()):
         state._remove_dataloader(loader)
-    loader.end_of_dataloader = False

@@ -397,7 +397,7 @@ class DaliLoader:
                     raise
             passes.end_epoch()
         finally:  # also when the pass is left early (break, an error): no output memory stays resident
-            accelerate_state.end(self, accelerate)
+            accelerate_state.end(self, accelerate, current=token == self._pass and not self._closed)
             if telemetry is not None:
                 telemetry.end_pass()
             release_pooled_outputs()
@@ -461,6 +461,7 @@ class DaliLoader:
 
         Iterators still open raise :class:`LoaderClosedError` on their next batch."""
         self._closed = True
+        accelerate_state.leave(self)  # an open pass's place in Accelerate's gradient state, if it has one
         self._executor.close()
         release_pooled_outputs()
 

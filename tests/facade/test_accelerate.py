@@ -58,13 +58,20 @@ def test_skip_first_batches_raises_at_the_call_naming_load_state(defect_index):
     loader.close()
 
 
-@pytest.fixture
-def accelerator():
-    acc = accelerate.Accelerator(cpu=True)
-    yield acc
+@pytest.fixture(autouse=True)
+def fresh_gradient_state():
+    """Accelerate's GradientState is one per process: a loader another test left in it (an iterator kept
+    open) must not be what these tests read, and later tests' loaders join no gradient state."""
     from accelerate.state import GradientState
 
-    GradientState._reset_state()  # later loaders in this process join no gradient state
+    GradientState._reset_state()
+    yield
+    GradientState._reset_state()
+
+
+@pytest.fixture
+def accelerator():
+    return accelerate.Accelerator(cpu=True)
 
 
 def test_a_pass_tells_accelerate_its_end_and_remainder(defect_index, accelerator):
@@ -82,6 +89,37 @@ def test_a_pass_tells_accelerate_its_end_and_remainder(defect_index, accelerator
     assert seen == [(True, False, 5), (True, True, 5)]  # 7 draws on this rank: batches of 4 and 3
     assert GradientState().active_dataloader is None and not loader.end_of_dataloader
     loader.close()
+
+
+def test_a_kept_iterator_of_an_older_pass_neither_stays_in_the_state_nor_takes_the_newer_pass_out(
+        defect_index, accelerator):
+    """A pass left suspended (its iterator kept after a break) is over when the next pass begins: the loader is
+    in the state once, and the old iterator, closed during the new pass, leaves the new pass's place alone; an
+    evaluation pass run inside a training pass leaves the training loader active; close() leaves the state."""
+    from accelerate.state import GradientState
+
+    def make(n):
+        return DaliLoader(ImageDataset(defect_index, AugmentSpec(size=16, color="rgb")), batch_size=4,
+                          device="cpu", backend="torch", sampler=WeightedSampler(defect_index, num_samples=n, seed=0))
+
+    train, evaluation = make(12), make(8)
+    old = iter(train)
+    next(old)  # a break that kept its iterator
+    new = iter(train)
+    next(new)
+    assert GradientState().dataloader_references == [None, train]
+    old.close()  # the stale pass ends now (or when collected)
+    assert GradientState().active_dataloader is train
+    for _ in evaluation:  # nested: the evaluation loader is active inside, the training one again after
+        assert GradientState().active_dataloader is evaluation
+    assert GradientState().active_dataloader is train
+    assert [state for state in (GradientState().end_of_dataloader for _ in new)] == [False, True]
+    assert GradientState().active_dataloader is None
+    held = iter(train)
+    next(held)
+    train.close()
+    assert GradientState().dataloader_references == [None]
+    evaluation.close()
 
 
 def test_padding_inside_the_gathered_batch_warns_once_and_trims_nothing(defect_index, accelerator, monkeypatch):
