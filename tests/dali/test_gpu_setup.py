@@ -182,7 +182,7 @@ def test_the_pipeline_thread_works_on_the_chosen_gpu_only(monkeypatch):
     for name in ("set_device", "current_device", "synchronize"):
         monkeypatch.setattr(torch.cuda, name, lambda *a, n=name: pytest.fail(f"torch.cuda.{n} in the pipeline thread"))
     runner = object.__new__(DaliRunner)
-    runner.__dict__.update(gpu=True, iterator=Iterator(), device=torch.device("cuda", 3))
+    runner.__dict__.update(gpu=True, iterator=Iterator(), device=torch.device("cuda", 3), _held_runs=[])
     out, done = runner._produce()
     assert out == {"images": "dali's buffer"} and isinstance(done, Event)
     assert log == [("enter", 3), ("dali", 3), ("stream", 3), ("record", "stream of 3")]

@@ -5,6 +5,8 @@ graph's head still runs here when asked (``DALI_BACKEND_CPU_GRAPH_DECODE``)."""
 
 from __future__ import annotations
 
+import time
+
 import cv2
 import numpy as np
 import pytest
@@ -139,3 +141,51 @@ def test_skip_replaces_a_file_the_readers_decoder_refuses_as_the_fallback_does(p
         drawn += int((meta["planned"] == bad).sum())
         served += int((meta["index"] == bad).sum())
     assert drawn > 0 and served == 0  # drawn, and each time replaced by another of its class
+
+
+def test_the_first_batch_comes_out_before_the_readers_read_the_next(png_root, monkeypatch, tmp_path):
+    """DALI's iterator returns a batch only after its next run received the next batch's input; with the
+    readers decoding, that held the first batch back by a whole batch of their work. The readers now get
+    the second batch's draws once the first is out (each read leaves a mark, from the reader processes;
+    the second batch's reads take a second each until the first batch is seen), and the pass is the one
+    the graph's own decoder gives."""
+    import os
+
+    from dali_backend.core.reading import SampleReader
+
+    parent = os.getpid()
+    marks = tmp_path / "reads"
+    marks.mkdir()
+    real_read = SampleReader.read
+
+    def read(self, i, epoch=None):
+        data = real_read(self, i, epoch)
+        if os.getpid() != parent:  # the readers' reads (the dataset's probes read in this process)
+            if i >= 4 and not (tmp_path / "seen").exists():
+                time.sleep(1.0)  # the second batch's files read slowly until the first batch was seen
+            (marks / str(int(i))).touch()
+        return data
+
+    monkeypatch.setattr(SampleReader, "read", read)  # inherited by DALI's forked readers
+    monkeypatch.delenv(GRAPH_DECODE_ENV, raising=False)
+    index = SampleIndex.from_folder(png_root, progress=False)
+    ds = ImageDataset(index, AugmentSpec(ops=[T.Clahe(), T.Resize((24, 24))], dtype="uint8"), seed=0)
+    sampler = WeightedSampler(index, mode="sequential")
+    with DaliLoader(ds, batch_size=4, sampler=sampler, num_workers=2, device="cpu", backend="dali",
+                    return_meta=True) as loader:
+        it = iter(loader)
+        first = next(it)
+        read_then = {int(p.name) for p in marks.iterdir()}
+        (tmp_path / "seen").touch()
+        rest = list(it)
+        again = list(loader)  # the pipeline's later passes: nothing held
+    # the first batch's files, and not the next batch's (before, all of them: DALI waited for their reads)
+    assert first[2]["index"].tolist() == [0, 1, 2, 3] and {0, 1, 2, 3} <= read_then and len(read_then) < 8
+    assert len(rest) == 1 and len(again) == 2
+    monkeypatch.setenv(GRAPH_DECODE_ENV, "1")
+    with DaliLoader(ds, batch_size=4, sampler=WeightedSampler(index, mode="sequential"), num_workers=2, device="cpu",
+                    backend="dali", return_meta=True) as loader:
+        graph = list(loader)
+    assert len(graph) == 2
+    for (x, y, meta), (gx, gy, gmeta) in zip([first, *rest], graph):
+        assert torch.equal(x, gx) and torch.equal(y, gy) and meta["index"].tolist() == gmeta["index"].tolist()
