@@ -262,6 +262,8 @@ class DaliRunner:
         self.gpu = gpu
         self.lookahead = prefetch_queue_depth + 4  # batches written ahead of consumption
         self.pipe = self.iterator = self._caller = self.ring = self._handoff = None
+        self._held_runs: list = []  # a run of the pipeline held back (_hold_second_run); close() drops it
+        self._first_alone = False
         self.broken: BaseException | None = None
         self.closed = False
         self._pid = os.getpid()
@@ -317,7 +319,6 @@ class DaliRunner:
         # build, against 0.58-0.63 decoding in DALI). That run is held to the next call (_hold_second_run),
         # and the readers get the next batches' rows once the first is out.
         self._first_alone = bool(self.reader_ops)
-        self._held_runs: list = []
         if self._first_alone:
             _hold_second_run(self.pipe, self._held_runs)
         self._clean_interrupt = False  # set when a Ctrl-C arrives while waiting for DALI (a safe place)
@@ -403,6 +404,9 @@ class DaliRunner:
 
     def _run_one(self, expected: np.ndarray, keep: bool = True):
         self.check_workers()
+        # cleared whatever the call does: after a Ctrl-C the pipeline thread still finishes the first batch
+        # and holds the second run, which then needs the next batch's rows (the next _fill writes them all)
+        first, self._first_alone = self._first_alone, False
         try:
             out = self._call(keep)
         except (KeyboardInterrupt, LoaderWorkerError, LoaderTimeoutError, LoaderClosedError):
@@ -412,8 +416,7 @@ class DaliRunner:
         except Exception as e:  # DALI raised: its pipeline is invalid from now on
             self.check_workers()  # "Worker data receiving interrupted": say which worker died
             raise _PipelineFailed(e, [expected] + [rows for _, _, rows in self._queue]) from e
-        if self._first_alone:  # the pipeline's first batch is out: the readers may go ahead now
-            self._first_alone = False
+        if first:  # the pipeline's first batch is out: the readers may go ahead now
             self._fill()
         meta = out["slots"].cpu().numpy().reshape(len(expected), -1)
         if not np.array_equal(meta[:, :ROW], expected):
@@ -533,6 +536,7 @@ class DaliRunner:
         if self._handoff is not None:
             self._handoff.drain()  # DALI's buffers outlive the copies made from them
         self.iterator = None
+        self._held_runs.clear()  # it holds the pipeline, which must go now (its reader processes with it)
         self.pipe = None
         if self.ring is not None:
             self.ring.close()

@@ -119,8 +119,9 @@ def refuse_skip_first_batches(caller) -> None:
 
 
 def end(loader, state, current: bool) -> None:
-    """Leave the gradient state :func:`begin` joined, when the pass ending is the loader's ``current`` one: a
-    stale pass (a newer one began; its iterator closed or collected later) leaves the newer pass's place."""
+    """Leave the gradient state :func:`begin` joined, when the pass ending is the one that joined it last
+    (``current``): a stale pass (a newer one joined; its iterator closed or collected later) leaves the
+    newer pass's place alone."""
     if current:
         leave(loader, state)
         loader.end_of_dataloader = False
@@ -131,5 +132,11 @@ def leave(loader, state=None) -> None:
     every place it holds there; the loaders iterated around it (an evaluation pass inside a training pass)
     keep theirs."""
     state = gradient_state() if state is None else state
-    if state is not None and loader in (getattr(state, "dataloader_references", None) or ()):
+    if state is None:
+        return
+    references = getattr(state, "dataloader_references", None) or []
+    if loader in references:
         state._remove_dataloader(loader)
+    if None in references[1:]:  # loaders collected while a pass of theirs was open (Accelerate's first is None)
+        references = state.dataloader_references
+        state.dataloader_references = references[:1] + [r for r in references[1:] if r is not None]

@@ -204,6 +204,7 @@ class DaliLoader:
         self.multiprocessing_context, self.pin_memory_device, self.in_order = context, pin_memory_device, True
         self._closed = False
         self._pass = 0  # passes started; an iterator of an older pass is stale
+        self._joined = 0  # the pass that last joined Accelerate's gradient state (accelerate_state.begin)
         if kind.dali:
             if py_start_method is None and context_method in ("fork", "spawn"):
                 py_start_method = context_method
@@ -370,6 +371,7 @@ class DaliLoader:
             telemetry.begin_pass(asked)
         last_batch = -(-len(plan) // passes.frames_per_batch)
         accelerate = accelerate_state.begin(self, epoch, offset, self._plan.weighted)  # None unless an Accelerator exists
+        self._joined = token
         try:
             while True:
                 rows = plan[passes.batches_done * passes.frames_per_batch:]
@@ -397,7 +399,7 @@ class DaliLoader:
                     raise
             passes.end_epoch()
         finally:  # also when the pass is left early (break, an error): no output memory stays resident
-            accelerate_state.end(self, accelerate, current=token == self._pass and not self._closed)
+            accelerate_state.end(self, accelerate, current=token == self._joined and not self._closed)
             if telemetry is not None:
                 telemetry.end_pass()
             release_pooled_outputs()

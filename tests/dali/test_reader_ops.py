@@ -189,3 +189,70 @@ def test_the_first_batch_comes_out_before_the_readers_read_the_next(png_root, mo
     assert len(graph) == 2
     for (x, y, meta), (gx, gy, gmeta) in zip([first, *rest], graph):
         assert torch.equal(x, gx) and torch.equal(y, gy) and meta["index"].tolist() == gmeta["index"].tolist()
+
+
+def png_loader(png_root, monkeypatch, **kw):
+    monkeypatch.delenv(GRAPH_DECODE_ENV, raising=False)
+    index = SampleIndex.from_folder(png_root, progress=False)
+    ds = ImageDataset(index, AugmentSpec(ops=[T.Clahe(), T.Resize((24, 24))], dtype="uint8"), seed=0)
+    return DaliLoader(ds, batch_size=4, sampler=WeightedSampler(index, mode="sequential"), num_workers=2,
+                      device="cpu", backend="dali", return_meta=True, **kw)
+
+
+def test_a_ctrl_c_during_the_first_batch_leaves_the_next_pass_whole(png_root, monkeypatch):
+    """A Ctrl-C while the first batch is awaited: DALI's thread still finishes it, and holds the second run,
+    which needs the next batch's draws. They were not written (only the first batch's), so the next pass
+    hung on the readers; the loader's timeout turns such a hang into a failure here."""
+    from dali_backend.dali.runner import DaliRunner
+
+    real_call, calls = DaliRunner._call, []
+
+    def call(self, keep=True):
+        out = real_call(self, keep)
+        calls.append(keep)
+        if len(calls) == 1:  # interrupted as the wait ended: the batch is made, the caller never gets it
+            self._clean_interrupt = True
+            raise KeyboardInterrupt
+        return out
+
+    monkeypatch.setattr(DaliRunner, "_call", call)
+    with png_loader(png_root, monkeypatch, timeout=30) as loader:
+        with pytest.raises(KeyboardInterrupt):
+            next(iter(loader))
+        passes = [[meta["index"].tolist() for _, _, meta in loader] for _ in range(2)]
+    assert passes == [[[0, 1, 2, 3], [4, 5, 6, 7]]] * 2
+
+
+def test_close_with_the_second_run_held_stops_the_readers_now(png_root, monkeypatch):
+    """The held run refers to the pipeline: close() drops it, so the pipeline and its reader processes go at
+    close(), not when the open iterator is collected."""
+    import gc
+
+    loader = png_loader(png_root, monkeypatch)
+    it = iter(loader)
+    next(it)  # the second run is held now
+    pids = loader._executor.worker_pids()
+    assert len(pids) == 2
+    loader.close()
+    gc.collect()
+    deadline = time.monotonic() + 20
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in pids if _running(pid)]
+        time.sleep(0.05)
+    assert alive == [], "DALI's reader processes outlived close()"
+    del it
+
+
+def _running(pid: int) -> bool:
+    import os
+
+    try:
+        os.waitpid(pid, os.WNOHANG)  # reap it if it is our child and has exited
+    except ChildProcessError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -115,11 +115,44 @@ def test_a_kept_iterator_of_an_older_pass_neither_stays_in_the_state_nor_takes_t
     assert GradientState().active_dataloader is train
     assert [state for state in (GradientState().end_of_dataloader for _ in new)] == [False, True]
     assert GradientState().active_dataloader is None
+    stale = iter(train)
+    next(stale)
+    unstarted = iter(train)  # a newer pass, not begun: the stale pass is still the one that joined
+    stale.close()
+    assert GradientState().dataloader_references == [None] and not train.end_of_dataloader
+    del unstarted
     held = iter(train)
     next(held)
     train.close()
     assert GradientState().dataloader_references == [None]
     evaluation.close()
+
+
+def test_a_loader_collected_with_its_open_pass_leaves_no_dead_place_on_top(defect_index, accelerator):
+    """An evaluation loader and its suspended iterator, collected together (a cycle), clear Accelerate's weak
+    reference before the pass's cleanup runs: the dead place is dropped, and the training pass is active
+    again and sees its end."""
+    import gc
+
+    from accelerate.state import GradientState
+
+    def make(n):
+        return DaliLoader(ImageDataset(defect_index, AugmentSpec(size=16, color="rgb")), batch_size=4,
+                          device="cpu", backend="torch", sampler=WeightedSampler(defect_index, num_samples=n, seed=0))
+
+    train, ends = make(12), []
+    for i, _ in enumerate(train):
+        if i == 0:
+            evaluation = make(8)
+            it = iter(evaluation)
+            next(it)
+            evaluation.cycle = it  # the loader and its open iterator: cyclic garbage
+            del evaluation, it
+            gc.collect()
+        ends.append((GradientState().active_dataloader is train, GradientState().end_of_dataloader))
+    assert ends == [(True, False), (True, False), (True, True)]
+    assert GradientState().dataloader_references == [None]
+    train.close()
 
 
 def test_padding_inside_the_gathered_batch_warns_once_and_trims_nothing(defect_index, accelerator, monkeypatch):
