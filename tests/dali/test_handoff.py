@@ -132,7 +132,7 @@ def bare_runner(done):
     runner = object.__new__(DaliRunner)
     runner.__dict__.update(_caller=Caller(), _handoff=Handoff() if done is not None else None, timeout=0.0,
                            closed=False, broken=None, worker_pids=[], _pid=os.getpid(), _clean_interrupt=False,
-                           pipe=object(), iterator=None, ring=None)
+                           pipe=object(), iterator=None, ring=None, _held_runs=[], _first_alone=False)
     return runner, calls
 
 
