@@ -123,7 +123,8 @@ def end(loader, state, current: bool) -> None:
     (``current``): a stale pass (a newer one joined; its iterator closed or collected later) leaves the
     newer pass's place alone."""
     if current:
-        leave(loader, state)
+        if state is not None:  # joined (no Accelerator then: nothing to leave)
+            leave(loader, state)
         loader.end_of_dataloader = False
 
 
