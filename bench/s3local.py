@@ -132,7 +132,8 @@ class Proxy(_Process):
 
     def stats(self, reset: bool = False) -> dict:
         """``{"requests": {method: n}, "bytes": {method: body bytes returned}, "faults": n, "if_match": {method:
-        requests that carried an If-Match header}}``."""
+        requests that carried an If-Match header}}``; a reset waits (up to 5 s) for the requests being forwarded,
+        so that none started before it is counted after it."""
         return self._call("POST" if reset else "GET", "stats", {} if reset else None)
 
 
@@ -146,6 +147,8 @@ class _State:
         self.if_match: dict[str, int] = {}
         self.bytes: dict[str, int] = {}
         self.faulted = 0
+        self.in_flight = 0  # requests being forwarded upstream (counted when their answer arrives)
+        self.idle = threading.Condition(self.lock)
         self.local = threading.local()
 
     def take_fault(self, method: str, path: str) -> dict | None:
@@ -195,7 +198,10 @@ def _handler(state: _State):
                 with state.lock:
                     out = {"requests": dict(state.requests), "bytes": dict(state.bytes), "faults": state.faulted,
                            "if_match": dict(state.if_match)}
-                    if self.command == "POST":
+                    if self.command == "POST":  # a reset: requests forwarded before it are counted before it
+                        state.idle.wait_for(lambda: state.in_flight == 0, timeout=5)
+                        out = {"requests": dict(state.requests), "bytes": dict(state.bytes), "faults": state.faulted,
+                               "if_match": dict(state.if_match)}
                         state.requests, state.bytes, state.faulted, state.if_match = {}, {}, 0, {}
             else:
                 self.send_error(404)
@@ -240,22 +246,29 @@ def _handler(state: _State):
             if_match = "If-Match" in self.headers
             headers = {k: v for k, v in self.headers.items()
                        if k.lower() not in ("connection", "keep-alive") and k.lower() not in state.drop_headers}
-            for attempt in range(2):  # a kept-alive upstream connection may have been closed by the server
-                conn = state.connection()
-                try:
-                    conn.request(self.command, self.path, body=body or None, headers=headers)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                    break
-                except (http.client.HTTPException, OSError):
-                    conn.close()
-                    state.local.conn = None
-                    if attempt:
-                        self.close_connection = True
-                        with contextlib.suppress(OSError):
-                            self.connection.shutdown(socket.SHUT_RDWR)
-                        return
-            state.count(self.command, len(data), if_match)
+            with state.lock:
+                state.in_flight += 1
+            try:
+                for attempt in range(2):  # a kept-alive upstream connection may have been closed by the server
+                    conn = state.connection()
+                    try:
+                        conn.request(self.command, self.path, body=body or None, headers=headers)
+                        resp = conn.getresponse()
+                        data = resp.read()
+                        break
+                    except (http.client.HTTPException, OSError):
+                        conn.close()
+                        state.local.conn = None
+                        if attempt:
+                            self.close_connection = True
+                            with contextlib.suppress(OSError):
+                                self.connection.shutdown(socket.SHUT_RDWR)
+                            return
+                state.count(self.command, len(data), if_match)
+            finally:
+                with state.lock:
+                    state.in_flight -= 1
+                    state.idle.notify_all()
             self.send_response(resp.status, resp.reason)
             for k, v in resp.getheaders():
                 if k.lower() not in ("transfer-encoding", "connection", "content-length", "keep-alive", "date",
